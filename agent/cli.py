@@ -1,0 +1,57 @@
+"""``node-feature-agent`` command line: one subcommand per module in ``agent/commands/``.
+
+Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``.  Modules import heavy dependencies (the Kubernetes client, pyudev)
+inside ``run`` so ``discover`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from agent import __version__
+from agent.logs import setup_logging
+
+COMMANDS = ("discover", "plan", "explain", "validate", "apply", "clean", "run", "snapshot")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="node-feature-agent",
+        description="Discover this node's hardware, map it to generalized labels and extended resources, and keep its Node object in step.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--log-format", choices=("auto", "json", "text"), default="auto", help="log format (auto: text on a terminal, JSON otherwise)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"agent.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"agent.commands.{name}":
+                continue  # command not built in this checkout
+            raise
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_format, args.log_level)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

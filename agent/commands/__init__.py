@@ -1,0 +1,1 @@
+"""Subcommands of ``node-feature-agent``; see ``agent.cli``."""

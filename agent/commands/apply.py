@@ -1,0 +1,122 @@
+"""``apply``: discover, plan and apply this node's labels, resources and taints once.
+
+The continuous agent is ``run``; ``apply --once`` is the same pipeline for one pass (a Job, a
+debugging session, CI). ``--dry-run`` reads the Node and prints what would change.
+Exit status: 0 applied (or nothing to do), 1 the API could not be reached or refused us
+after retries, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from agent.config import add_host_arguments, add_node_arguments, add_rules_arguments, discovery_config, rules_dirs, selected_sources
+
+HELP = "discover, plan and apply this node's labels, extended resources and taints once (the agent loop is `run`)"
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--once", action="store_true", help="one pass and exit (apply always does one pass; the flag states it)")
+    add_host_arguments(parser)
+    add_rules_arguments(parser)
+    add_node_arguments(parser)
+    add_reconcile_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true", help="read the Node and print what would change; write nothing")
+    parser.add_argument("--startup-taint", action="append", default=[], metavar="KEY:EFFECT",
+                        help="a taint the node registers with (--register-with-taints) that the agent removes once the node "
+                             "is labelled; the only foreign item the agent ever removes; repeatable")
+
+
+def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``apply`` and ``clean``."""
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--retries", type=int, default=5, metavar="N",
+                        help="attempts per API call on 5xx/429/network errors (backoff 0.8 s doubling to 30 s) before giving up")
+    parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events on the Node")
+
+
+def connect(args: argparse.Namespace):
+    """A ``NodeApi`` from --kubeconfig / in-cluster config; ``SystemExit(1)`` with a clear message otherwise."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from agent.reconcile import NodeApi
+
+    if not args.node_name:
+        print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        return NodeApi.from_config(args.kubeconfig or None)
+    except (ConfigException, OSError, ValueError) as exc:
+        where = args.kubeconfig or "in-cluster service account"
+        print(f"error: cannot load Kubernetes client configuration ({where}): {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+
+
+def parse_startup_taints(texts: list[str]):
+    from agent.desired import Taint
+
+    taints = []
+    for text in texts:
+        try:
+            taints.append(Taint.parse(text))
+        except ValueError as exc:
+            print(f"error: --startup-taint {text!r}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from exc
+    return taints
+
+
+def print_outcome(node: str, outcome, *, fmt: str, dry_run: bool, extra: dict | None = None) -> None:
+    if fmt == "json":
+        body = {"node": node, "dry_run": dry_run, **outcome.to_json(), **(extra or {})}
+        json.dump(body, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    if outcome.error:
+        print(f"node {node}: ERROR: {outcome.error}")
+    if dry_run:
+        head = f"would apply {len(outcome.applied)} change(s) (dry run, nothing written)" if outcome.applied else "up to date (dry run)"
+    elif outcome.writes:
+        head = f"{len(outcome.applied)} change(s) applied in {outcome.writes} write(s)"
+    else:
+        head = "up to date, nothing written" if not outcome.error else "nothing written"
+    print(f"node {node}: {head}")
+    for line in outcome.applied:
+        print(f"  {line}")
+    if outcome.problems:
+        print("problems:")
+        for problem in outcome.problems:
+            print(f"  {problem}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent import rules
+    from agent.discovery import discover
+    from agent.hostfs import HostFS
+    from agent.reconcile import Reconciler
+
+    startup = parse_startup_taints(args.startup_taint)
+    api = connect(args)
+    found = discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
+    catalogue = rules.load_catalogue(rules_dirs(args))
+    for problem in getattr(catalogue, "problems", ()):
+        log.warning("rule catalogue: %s", problem)
+
+    def plan(node_labels):
+        return rules.plan_node(found.features, found.labels, node_labels, catalogue)
+
+    reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
+                            startup_taints=startup, max_attempts=max(1, args.retries))
+    outcome = reconciler.preview(plan) if args.dry_run else reconciler.reconcile(plan)
+    desired = outcome.desired
+    extra = {}
+    if desired is not None:
+        extra = {"desired": desired.to_json(), "desired_problems": [p.to_json() for p in desired.problems]}
+        for problem in desired.problems:
+            log.warning("rules: %s", problem)
+    print_outcome(args.node_name, outcome, fmt=args.format, dry_run=args.dry_run, extra=extra)
+    return 0 if outcome.ok else 1

@@ -1,0 +1,75 @@
+"""Configuration flows one way: CLI flags / environment -> these helpers -> components.
+
+Defaults live here, once, and are printed by ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from agent.discovery import DiscoveryConfig
+from agent.sources import SOURCE_NAMES
+
+ENV_HOST_ROOT = "HOST_ROOT"
+ENV_RULES = "NODE_FEATURE_AGENT_RULES"
+ENV_NODE_NAME = "NODE_NAME"
+IMAGE_RULES_DIR = "/etc/node-feature-agent/labels"
+
+
+def default_rules_dirs() -> list[str]:
+    """``$NODE_FEATURE_AGENT_RULES`` (``:``-separated), else the catalogue shipped beside the
+    package (a source checkout), else the image's ``/etc/node-feature-agent/labels``."""
+    env = os.environ.get(ENV_RULES, "")
+    if env:
+        return [p for p in env.split(":") if p]
+    beside_package = Path(__file__).resolve().parent.parent / "labels"
+    if beside_package.is_dir():
+        return [str(beside_package)]
+    return [IMAGE_RULES_DIR]
+
+
+def add_host_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--host-root`` and ``--sources``: where and what to discover."""
+    parser.add_argument(
+        "--host-root",
+        default=os.environ.get(ENV_HOST_ROOT, "/"),
+        help="directory the host's /sys, /proc, /etc, /boot, /lib/modules are under "
+        "(default: $HOST_ROOT or /; /host in the DaemonSet; a fixture in tests)",
+    )
+    parser.add_argument(
+        "--sources",
+        default=",".join(SOURCE_NAMES),
+        help=f"comma-separated discovery sources (default: all: {','.join(SOURCE_NAMES)})",
+    )
+
+
+def add_rules_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        action="append",
+        metavar="DIR",
+        help="label/rule directory; repeatable (default: $NODE_FEATURE_AGENT_RULES, else the shipped catalogue)",
+    )
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node-name", default=os.environ.get(ENV_NODE_NAME, ""), help="this node's name (default: $NODE_NAME)")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
+
+
+def selected_sources(args: argparse.Namespace) -> list[str]:
+    names = [s.strip() for s in args.sources.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SOURCE_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown source(s): {', '.join(unknown)} (known: {', '.join(SOURCE_NAMES)})")
+    return names
+
+
+def rules_dirs(args: argparse.Namespace) -> list[str]:
+    return list(args.rules) if getattr(args, "rules", None) else default_rules_dirs()
+
+
+def discovery_config(args: argparse.Namespace) -> DiscoveryConfig:
+    return DiscoveryConfig(node_name=getattr(args, "node_name", "") or os.environ.get(ENV_NODE_NAME, ""))

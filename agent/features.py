@@ -1,0 +1,111 @@
+"""Typed, immutable discovery results shared by sources, rules, explain and snapshot.
+
+The model mirrors Node Feature Discovery's raw features (``api/nfd/v1alpha1/types.go``):
+a feature named ``<source>.<feature>`` (``pci.device``, ``cpu.cpuid``) carries *flags* (a set
+of names), *attributes* (name -> string) and/or *instances* (a list of attribute maps, one per
+device).  Keeping NFD's shape is what lets published NodeFeatureRules evaluate unchanged.
+Every feature and instance remembers the host path it came from so ``explain`` can name it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+NFD_PREFIX = "feature.node.kubernetes.io/"
+"""Namespace of Node Feature Discovery's built-in labels; ours are byte-identical."""
+
+
+def frozen_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> Mapping[str, str]:
+    """A read-only copy, so a feature set cannot be mutated after discovery."""
+    return MappingProxyType(dict(items or {}))
+
+
+def nfd_label(source: str, key: str) -> str:
+    """NFD's label name for a built-in source key: ``cpu`` + ``cpuid.AVX2`` ->
+    ``feature.node.kubernetes.io/cpu-cpuid.AVX2`` (``GetFeatureLabels`` in nfd-worker)."""
+    return f"{NFD_PREFIX}{source}-{key}"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One device (or other repeated thing): its attributes and the host path describing it."""
+
+    attributes: Mapping[str, str]
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", frozen_map(self.attributes))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attributes": dict(self.attributes), "origin": self.origin}
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One raw feature: any mix of flags, attributes and instances."""
+
+    flags: frozenset[str] = frozenset()
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    instances: tuple[Instance, ...] = ()
+    origin: str = ""
+    #: host path per flag/attribute name where it differs from ``origin`` (for explain)
+    element_origins: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", frozenset(self.flags))
+        object.__setattr__(self, "attributes", frozen_map(self.attributes))
+        object.__setattr__(self, "instances", tuple(self.instances))
+        object.__setattr__(self, "element_origins", frozen_map(self.element_origins))
+
+    def origin_of(self, element: str) -> str:
+        return self.element_origins.get(element, self.origin)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.flags:
+            out["flags"] = sorted(self.flags)
+        if self.attributes:
+            out["attributes"] = dict(sorted(self.attributes.items()))
+        if self.instances:
+            out["instances"] = [dict(sorted(i.attributes.items())) for i in self.instances]
+        return out
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """Something a source could not read or understand; discovery carries on without it."""
+
+    source: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"source": self.source, "path": self.path, "message": self.message}
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What one source found: raw features keyed by feature name (``device`` for
+    ``pci.device``), the NFD raw labels (fully qualified keys), and errors."""
+
+    source: str
+    features: Mapping[str, Feature] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    errors: tuple[SourceError, ...] = ()
+    #: label key -> host path that supplied its value (for explain)
+    label_origins: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", MappingProxyType(dict(self.features)))
+        object.__setattr__(self, "labels", frozen_map(self.labels))
+        object.__setattr__(self, "errors", tuple(self.errors))
+        object.__setattr__(self, "label_origins", frozen_map(self.label_origins))
+
+    def qualified_features(self) -> dict[str, Feature]:
+        """Features keyed ``<source>.<feature>`` as rules name them."""
+        return {f"{self.source}.{name}": feat for name, feat in self.features.items()}

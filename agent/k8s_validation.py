@@ -1,0 +1,109 @@
+"""Kubernetes' own validation rules for what the agent may send, so nothing invalid is sent.
+
+Ported from apimachinery ``IsQualifiedName``, ``IsValidLabelValue``, ``IsDNS1123Subdomain``,
+``IsExtendedResourceName`` and core ``validateNodeTaints`` (see
+``shared/reference/kubernetes-api.md`` section 1).  Each check returns a list of reasons; an
+empty list means valid.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUANTITY_INT_RE = re.compile(r"^\+?[0-9]+$")
+
+NAME_MAX = 63
+PREFIX_MAX = 253
+ANNOTATIONS_TOTAL_MAX = 262144
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def qualified_name_errors(key: str) -> list[str]:
+    """Why ``key`` is not a valid label/taint key (``[prefix/]name``)."""
+    if not isinstance(key, str) or not key:
+        return ["name part must be non-empty"]
+    parts = key.split("/")
+    if len(parts) > 2:
+        return ["a qualified name must consist of an optional DNS subdomain prefix, '/', and a name"]
+    errors: list[str] = []
+    if len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            errors.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > PREFIX_MAX:
+                errors.append(f"prefix part must be no more than {PREFIX_MAX} characters")
+            if not _DNS1123_SUBDOMAIN_RE.match(prefix):
+                errors.append("prefix part must be a lowercase RFC 1123 subdomain")
+    else:
+        name = parts[0]
+    if not name:
+        errors.append("name part must be non-empty")
+    else:
+        if len(name) > NAME_MAX:
+            errors.append(f"name part must be no more than {NAME_MAX} characters")
+        if not _NAME_RE.match(name):
+            errors.append(
+                "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                "and must start and end with an alphanumeric character"
+            )
+    return errors
+
+
+def label_value_errors(value: str) -> list[str]:
+    """Why ``value`` is not a valid label (or taint) value; the empty string is valid."""
+    if not isinstance(value, str):
+        return ["a label value must be a string"]
+    errors: list[str] = []
+    if len(value) > NAME_MAX:
+        errors.append(f"must be no more than {NAME_MAX} characters")
+    if not _VALUE_RE.match(value):
+        errors.append(
+            "a valid label must be an empty string or consist of alphanumeric characters, "
+            "'-', '_' or '.', and must start and end with an alphanumeric character"
+        )
+    return errors
+
+
+def annotation_key_errors(key: str) -> list[str]:
+    """Annotation keys are qualified names checked after lower-casing."""
+    return qualified_name_errors(key.lower() if isinstance(key, str) else key)
+
+
+def extended_resource_name_errors(name: str) -> list[str]:
+    """Why ``name`` cannot be an extended resource (``IsExtendedResourceName``)."""
+    if not isinstance(name, str) or "/" not in name:
+        return ["an extended resource name must be fully qualified (domain/name)"]
+    errors: list[str] = []
+    if "kubernetes.io/" in name:
+        errors.append("names containing 'kubernetes.io/' are native resources, not extended ones")
+    if name.startswith("requests."):
+        errors.append("must not start with 'requests.'")
+    errors.extend(qualified_name_errors("requests." + name))
+    return errors
+
+
+def extended_resource_quantity_errors(quantity: str) -> list[str]:
+    """Extended resources must be non-negative whole numbers."""
+    if not isinstance(quantity, str) or not _QUANTITY_INT_RE.match(quantity.strip()):
+        return ["extended resources must be a non-negative integer"]
+    return []
+
+
+def taint_errors(key: str, value: str, effect: str) -> list[str]:
+    """Why a node taint is invalid (key qualified name, value label value, known effect)."""
+    errors = [f"key: {e}" for e in qualified_name_errors(key)]
+    errors += [f"value: {e}" for e in label_value_errors(value)]
+    if not effect:
+        errors.append("effect: Required value")
+    elif effect not in TAINT_EFFECTS:
+        errors.append(f'effect: Unsupported value: "{effect}": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"')
+    return errors
+
+
+def label_namespace(key: str) -> str:
+    """The prefix of a key, ``""`` when unprefixed."""
+    return key.split("/", 1)[0] if "/" in key else ""

@@ -1,0 +1,31 @@
+"""Reconciler: keep this node's labels, annotations, taints and extended resources in step
+with the desired state, touching only what the agent owns (recorded on the Node itself).
+
+Modules: ``ownership`` (the record), ``diff`` (pure plan), ``node_api`` (typed API calls),
+``backoff`` (retry timing), ``events`` (Events on the Node), ``reconciler`` (the loop).
+"""
+
+from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.reconcile.diff import plan_node_changes
+from agent.reconcile.model import Change, Clash, LiveNode, NodePlan
+from agent.reconcile.node_api import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NodeApi,
+    NodeApiError,
+    NodeNotFound,
+    RequestRejected,
+    Throttled,
+    Transient,
+)
+from agent.reconcile.ownership import Ownership, format_record, parse_ownership
+from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
+from agent.reconcile.reconciler import PlanFunction, Reconciler
+
+__all__ = [
+    "Backoff", "BackoffSettings", "Change", "Clash", "CleanOutcome", "Conflict", "Forbidden", "Invalid",
+    "LiveNode", "NodeApi", "NodeApiError", "NodeNotFound", "NodePlan", "Ownership", "PlanFunction",
+    "ReconcileOutcome", "Reconciler", "RequestRejected", "Throttled", "Transient", "format_record",
+    "parse_ownership", "plan_node_changes",
+]

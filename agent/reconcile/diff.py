@@ -1,0 +1,285 @@
+"""Pure diff: live Node + ownership record + desired state -> the minimal ``NodePlan``.
+
+Rules (the whole contract of the reconciler lives here, so it is unit-tested without a server):
+
+* We add, change or remove only what the record says is ours, or what is absent and desired
+  (then it becomes ours). Something present that we do not own is never touched; if we wanted
+  a different value there, that is a ``Clash``. If it already has the value we want, it is left
+  alone and stays *not ours* (so we never remove it later).
+* Removal of a label/annotation/taint and its removal from the record happen in the same merge
+  patch (atomic). A resource stays in the record until a live read confirms it is gone from both
+  capacity and allocatable; a resource we add is recorded before (never after) it is written.
+* ``skip`` names items the API server rejected (422): they are left exactly as they are.
+* Desired items Kubernetes would reject are refused here (reported, not sent).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Iterable, Mapping
+
+from agent.desired import (
+    ANNOTATION_OWNED_ANNOTATIONS,
+    ANNOTATION_OWNED_LABELS,
+    ANNOTATION_OWNED_RESOURCES,
+    ANNOTATION_OWNED_TAINTS,
+    OWNERSHIP_ANNOTATIONS,
+    DesiredNodeState,
+    Problem,
+    Taint,
+)
+from agent.k8s_validation import (
+    annotation_key_errors,
+    extended_resource_name_errors,
+    label_value_errors,
+    qualified_name_errors,
+    taint_errors,
+)
+from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodePlan, taint_ref
+from agent.reconcile.ownership import Ownership, format_record, format_taint_record, parse_ownership
+from agent.reconcile.quantity import canonical_count, parse_quantity, same_quantity
+
+RESERVED_LABEL_PREFIX = "node-restriction.kubernetes.io/"
+"""Admins isolate workloads with these; a pod must never write them (kubernetes-api.md 1.7)."""
+
+
+def escape_pointer(key: str) -> str:
+    """RFC 6901: ``~`` -> ``~0`` then ``/`` -> ``~1``."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
+          kind: str) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
+    """Shared label/annotation logic: merge-patch entries, new record, changes, clashes."""
+    patch: dict[str, str | None] = {}
+    record: set[str] = set()
+    changes: list[Change] = []
+    clashes: list[Clash] = []
+    for key, value in sorted(want.items()):
+        if (kind, key) in skip:
+            continue
+        if key in owned or key not in live:
+            record.add(key)
+            if live.get(key) != value:
+                patch[key] = value
+                old = live.get(key)
+                changes.append(Change(kind, "add" if old is None else "change", key, old, value))
+        elif live[key] != value:
+            clashes.append(Clash(kind, key, value, live[key]))
+    for key in sorted(owned):
+        if key in want and (kind, key) not in skip:
+            continue
+        if (kind, key) in skip:
+            record.add(key)  # rejected change: leave ours exactly as it is
+        elif key in live:
+            patch[key] = None
+            changes.append(Change(kind, "remove", key, live[key]))
+    return patch, record, changes, clashes
+
+
+def _valid_labels(labels: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
+    ok = {}
+    for key, value in labels.items():
+        reasons = qualified_name_errors(key) + label_value_errors(value)
+        if key.startswith(RESERVED_LABEL_PREFIX):
+            reasons.append("node-restriction.kubernetes.io/ labels are reserved for cluster admins")
+        if reasons:
+            refused.append(Problem("reconcile", f"label {key}={value}", "; ".join(reasons)))
+        else:
+            ok[key] = value
+    return ok
+
+
+def _valid_annotations(annotations: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
+    ok = {}
+    for key, value in annotations.items():
+        reasons = annotation_key_errors(key)
+        if key in OWNERSHIP_ANNOTATIONS:
+            reasons.append("this is the agent's own ownership record")
+        if reasons:
+            refused.append(Problem("reconcile", f"annotation {key}", "; ".join(reasons)))
+        else:
+            ok[key] = str(value)
+    return ok
+
+
+def _valid_resources(resources: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
+    ok = {}
+    for name, quantity in resources.items():
+        count = canonical_count(str(quantity))
+        reasons = extended_resource_name_errors(name)
+        if count is None:
+            reasons.append("extended resources must be a non-negative integer")
+        if reasons:
+            refused.append(Problem("reconcile", f"extended resource {name}={quantity}", "; ".join(reasons)))
+        else:
+            ok[name] = count  # type: ignore[assignment]
+    return ok
+
+
+def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple[str, str], Taint]:
+    ok = {}
+    for taint in taints:
+        reasons = taint_errors(taint.key, taint.value, taint.effect)
+        if taint.identity in ok:
+            reasons.append("taints must be unique by key and effect pair")
+        if reasons:
+            refused.append(Problem("reconcile", f"taint {taint.to_string()}", "; ".join(reasons)))
+        else:
+            ok[taint.identity] = taint
+    return ok
+
+
+def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef]
+               ) -> tuple[list[dict[str, Any]], set[str], list[Change], list[Clash], bool]:
+    """JSON-patch ops on capacity+allocatable, the new record, changes, clashes, record grows."""
+    capacity, allocatable = dict(live.capacity or {}), dict(live.allocatable or {})
+    ops: list[dict[str, Any]] = []
+    record: set[str] = set()
+    changes: list[Change] = []
+    clashes: list[Clash] = []
+    grows = False
+    parents_needed = False
+
+    def put(section: str, name: str, value: str) -> None:
+        ops.append({"op": "add", "path": f"/status/{section}/{escape_pointer(name)}", "value": value})
+
+    for name, value in sorted(want.items()):
+        if ("resource", name) in skip:
+            continue
+        present = name in capacity or name in allocatable
+        if name not in owned and present:
+            if not (same_quantity(capacity.get(name), value) and same_quantity(allocatable.get(name, value), value)):
+                clashes.append(Clash("resource", name, value, str(capacity.get(name, allocatable.get(name)))))
+            continue
+        record.add(name)
+        grows = grows or name not in owned
+        cap_ok, alloc_ok = same_quantity(capacity.get(name), value), same_quantity(allocatable.get(name), value)
+        if cap_ok and alloc_ok:
+            continue
+        parents_needed = True
+        if not cap_ok:
+            put("capacity", name, value)
+        if not alloc_ok:
+            put("allocatable", name, value)
+        old = capacity.get(name)
+        if old is None:
+            changes.append(Change("resource", "add", name, None, value))
+        elif parse_quantity(old) == 0 and name in owned:
+            changes.append(Change("resource", "restore", name, str(old), value,
+                                  "kubelet zeroes extended resources when it re-registers the node"))
+        else:
+            changes.append(Change("resource", "change", name, str(old), value))
+    for name in sorted(owned - set(want)):
+        if ("resource", name) in skip:
+            record.add(name)
+            continue
+        for section, values in (("capacity", capacity), ("allocatable", allocatable)):
+            if name in values:  # remove of a missing path is a 422: only remove what is there
+                ops.append({"op": "remove", "path": f"/status/{section}/{escape_pointer(name)}"})
+        if name in capacity or name in allocatable:
+            record.add(name)  # dropped from the record only once a read confirms it is gone
+            changes.append(Change("resource", "remove", name, str(capacity.get(name, allocatable.get(name)))))
+    if parents_needed:
+        prefix = [] if live.has_status else [{"op": "add", "path": "/status", "value": {}}]
+        if live.capacity is None:
+            prefix.append({"op": "add", "path": "/status/capacity", "value": {}})
+        if live.allocatable is None:
+            prefix.append({"op": "add", "path": "/status/allocatable", "value": {}})
+        ops = prefix + ops
+    return ops, record, changes, clashes, grows
+
+
+def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], want: Mapping[tuple[str, str], Taint],
+            skip: Collection[ItemRef], remove_foreign: Collection[tuple[str, str]]
+            ) -> tuple[list[dict[str, Any]], list[Taint], list[Change], list[Clash]]:
+    """The full new taints list (foreign ones kept verbatim), our record, changes, clashes."""
+    new_list: list[dict[str, Any]] = []
+    record: list[Taint] = []
+    changes: list[Change] = []
+    clashes: list[Clash] = []
+    seen: set[tuple[str, str]] = set()
+    for raw, taint in zip(live.taints, live.taint_objects()):
+        ident = taint.identity
+        seen.add(ident)
+        skipped = taint_ref(*ident) in skip
+        if ident in owned:
+            wanted = want.get(ident)
+            if skipped or (wanted is not None and wanted.value == taint.value):
+                new_list.append(dict(raw))
+                record.append(taint)
+            elif wanted is not None:
+                new_list.append(wanted.to_json())
+                record.append(wanted)
+                changes.append(Change("taint", "change", wanted.to_string(), taint.to_string(), wanted.to_string()))
+            else:
+                changes.append(Change("taint", "remove", taint.to_string(), taint.to_string()))
+        elif ident in remove_foreign:
+            changes.append(Change("taint", "remove", taint.to_string(), taint.to_string(),
+                                  note="startup taint, removed once the node is labelled (operator setting)"))
+        else:
+            new_list.append(dict(raw))
+            wanted = want.get(ident)
+            if wanted is not None and wanted.value != taint.value and not skipped:
+                clashes.append(Clash("taint", f"{taint.key}:{taint.effect}", wanted.value, taint.value))
+    for ident, taint in sorted(want.items()):
+        if ident not in seen and taint_ref(*ident) not in skip:
+            new_list.append(taint.to_json())
+            record.append(taint)
+            changes.append(Change("taint", "add", taint.to_string(), None, taint.to_string()))
+    return new_list, record, changes, clashes
+
+
+def plan_node_changes(
+    live: LiveNode,
+    desired: DesiredNodeState,
+    *,
+    skip: Collection[ItemRef] = frozenset(),
+    remove_foreign_taints: Collection[tuple[str, str]] = frozenset(),
+    ownership: Ownership | None = None,
+) -> NodePlan:
+    """The minimal writes taking ``live`` to ``desired``, touching only what we own."""
+    owned = ownership if ownership is not None else parse_ownership(live.annotations)
+    refused: list[Problem] = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
+    labels = _valid_labels(desired.labels, refused)
+    annotations = _valid_annotations(desired.annotations, refused)
+    resources = _valid_resources(desired.extended_resources, refused)
+    taints = _valid_taints(desired.taints, refused)
+
+    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label")
+    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip, "annotation")
+    ops, res_record, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip)
+    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, skip, remove_foreign_taints)
+
+    records = {
+        ANNOTATION_OWNED_LABELS: format_record(label_record),
+        ANNOTATION_OWNED_ANNOTATIONS: format_record(ann_record),
+        ANNOTATION_OWNED_RESOURCES: format_record(res_record),
+        ANNOTATION_OWNED_TAINTS: format_taint_record(taint_record),
+    }
+    record_changes = []
+    for name, value in records.items():
+        if live.annotations.get(name) != value:
+            ann_patch[name] = value
+            record_changes.append(Change("record", "change", name, live.annotations.get(name), value))
+
+    metadata: dict[str, Any] = {}
+    body: dict[str, Any] = {}
+    if label_patch:
+        metadata["labels"] = label_patch
+    if ann_patch:
+        metadata["annotations"] = ann_patch
+    live_taints = [dict(t) for t in live.taints]
+    if new_taints != live_taints:
+        body["spec"] = {"taints": new_taints}
+        metadata["resourceVersion"] = live.resource_version  # taints are read-modify-write
+    if metadata:
+        body["metadata"] = metadata
+    return NodePlan(
+        metadata_patch=body or None,
+        status_ops=tuple(ops),
+        metadata_changes=tuple(label_changes + ann_changes + taint_changes + record_changes),
+        status_changes=tuple(res_changes),
+        status_first=bool(ops) and not grows,
+        clashes=tuple(clashes + ann_clashes + res_clashes + taint_clashes),
+        refused=tuple(refused),
+    )

@@ -1,0 +1,87 @@
+"""Kubernetes Events on our Node, so ``kubectl describe node`` says what the agent did and why.
+
+One Event per applied write (not per label: a first apply of 40 labels is one readable Event),
+plus Warnings for clashes and rejected items. Events are best effort: a failure to record one
+is logged and never fails or retries the reconcile.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from typing import Any, Callable, Iterable
+
+from agent.reconcile.node_api import NodeApi, NodeApiError
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "node-feature-agent"
+EVENT_NAMESPACE = "default"
+"""Node events live in ``default`` (as kubelet's); ``kubectl describe node`` searches all namespaces."""
+MAX_MESSAGE = 1024
+
+REASON_LABELS = "NodeFeaturesUpdated"
+REASON_RESOURCES = "ExtendedResourcesUpdated"
+REASON_RESTORED = "ExtendedResourcesRestored"
+REASON_CLASH = "ForeignValueKept"
+REASON_REJECTED = "ChangeRejected"
+REASON_CLEANED = "NodeFeaturesRemoved"
+
+
+def summarize(changes: Iterable[str], limit: int = MAX_MESSAGE) -> str:
+    """Changes joined by ``; `` and cut at ``limit`` with a count of what was left out."""
+    items = list(changes)
+    text = ""
+    for index, item in enumerate(items):
+        candidate = f"{text}; {item}" if text else item
+        if len(candidate) > limit - 20:
+            return f"{text}; ... and {len(items) - index} more"
+        text = candidate
+    return text
+
+
+def event_body(node_name: str, node_uid: str, reason: str, message: str, event_type: str,
+               now: _dt.datetime) -> dict[str, Any]:
+    """A core/v1 Event whose involvedObject is the Node (what ``describe node`` looks up)."""
+    stamp = now.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node_name}.", "namespace": EVENT_NAMESPACE},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid},
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+        "type": event_type,
+        "source": {"component": COMPONENT, "host": node_name},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": node_name,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class EventRecorder:
+    """Posts Events for one node; disabled recorders only log."""
+
+    def __init__(self, api: NodeApi, node_name: str, *, enabled: bool = True,
+                 now: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc)) -> None:
+        self.api = api
+        self.node_name = node_name
+        self.enabled = enabled
+        self._now = now
+        self.failures = 0
+
+    def record(self, node_uid: str, reason: str, message: str, *, warning: bool = False) -> bool:
+        if not self.enabled or not message:
+            return False
+        body = event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
+        try:
+            self.api.create_event(EVENT_NAMESPACE, body)
+        except NodeApiError as err:
+            self.failures += 1
+            level = logging.WARNING if self.failures == 1 else logging.DEBUG
+            log.log(level, "could not record Event %s on node %s (the change itself was applied): %s",
+                    reason, self.node_name, err, extra={"node": self.node_name, "event": "event-failed"})
+            return False
+        return True

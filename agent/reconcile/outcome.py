@@ -1,0 +1,45 @@
+"""What one reconcile or clean did, for the event loop, the CLI and the metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.desired import DesiredNodeState, Problem
+
+
+@dataclass(frozen=True)
+class ReconcileOutcome:
+    changed: bool
+    writes: int
+    applied: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    error: str | None = None
+    node_uid: str = ""
+    resource_version: str = ""
+    #: after an error: how long the caller should wait before trying again (backoff/Retry-After)
+    retry_after: float | None = None
+    #: the desired state used (None when the node could not be read)
+    desired: DesiredNodeState | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"changed": self.changed, "writes": self.writes, "applied": list(self.applied),
+                "problems": [p.to_json() for p in self.problems], "error": self.error,
+                "node_uid": self.node_uid, "resource_version": self.resource_version}
+
+
+@dataclass(frozen=True)
+class CleanOutcome:
+    clean: bool
+    writes: int
+    removed: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"clean": self.clean, "writes": self.writes, "removed": list(self.removed),
+                "problems": [p.to_json() for p in self.problems], "error": self.error}

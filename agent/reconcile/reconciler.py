@@ -1,0 +1,309 @@
+"""Take the agent's own Node to the desired state with the fewest writes, never raising.
+
+One ``reconcile`` call: read the Node (or use the one the watch just delivered), compute the
+plan from the *foreign* labels (live labels minus ours), diff, send one write, recompute from
+the server's answer, repeat until nothing is left (normally 0, 1 or 2 writes). Failures become
+a ``ReconcileOutcome`` with ``error`` set and a suggested ``retry_after``; the event loop
+decides when to call again.
+
+``startup_taints``: the one sanctioned exception to "only touch what we own". An operator may
+register nodes with a taint (``--register-with-taints``) that keeps feature-dependent pods off
+until the agent has labelled the node; those ``(key, effect)`` taints are removed once the
+first reconcile on that node (uid) has converged. They are configured explicitly; nothing
+else foreign is ever removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random as _random
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from agent.desired import DesiredNodeState, Problem, Taint
+from agent.reconcile import events as ev
+from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.reconcile.diff import plan_node_changes
+from agent.reconcile.model import Change, ItemRef, LiveNode, NodePlan, taint_ref
+from agent.reconcile.node_api import (
+    Conflict, Forbidden, Invalid, NodeApi, NodeApiError, NodeNotFound, Transient, call_with_retries,
+)
+from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
+from agent.reconcile.ownership import parse_ownership
+from agent.reconcile.rejections import rejected_items
+
+log = logging.getLogger(__name__)
+
+PlanFunction = Callable[[Mapping[str, str]], DesiredNodeState]
+
+
+def node_as_dict(live_node: Any) -> dict[str, Any]:
+    """A Node as the API's JSON dict: watch events may carry a ``V1Node`` model, whose
+    ``to_dict()`` would give snake_case keys; ``sanitize_for_serialization`` gives the wire form."""
+    if isinstance(live_node, Mapping):
+        return dict(live_node)
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(live_node)
+
+
+def _empty_plan(_labels: Mapping[str, str]) -> DesiredNodeState:
+    return DesiredNodeState()
+
+
+def _readable(changes: Iterable[Change]) -> list[str]:
+    """Change strings for people; the ownership record is mentioned only when it is all there is."""
+    changes = list(changes)
+    visible = [c for c in changes if c.kind != "record"]
+    return [str(c) for c in (visible or changes)]
+
+
+class Reconciler:
+    """Keeps one Node in step; remembers clashes reported, items the server refused, the node uid."""
+
+    def __init__(
+        self,
+        api: NodeApi,
+        node_name: str,
+        *,
+        emit_events: bool = True,
+        startup_taints: Iterable[Taint | tuple[str, str]] = (),
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        random: Callable[[], float] = _random.random,
+        backoff: BackoffSettings = BackoffSettings(),
+        max_attempts: int = 5,
+        max_writes: int = 8,
+        max_conflicts: int = 10,
+    ) -> None:
+        self.api = api
+        self.node_name = node_name
+        self.startup_taints = frozenset(t.identity if isinstance(t, Taint) else (t[0], t[1]) for t in startup_taints)
+        self.backoff = Backoff(backoff, clock=clock, random=random)
+        self.events = ev.EventRecorder(api, node_name, enabled=emit_events)
+        self._sleep = sleep
+        self.max_attempts, self.max_writes, self.max_conflicts = max_attempts, max_writes, max_conflicts
+        self._node_uid = ""
+        self._startup_done_uid = ""
+        self._rejected: dict[ItemRef, tuple[str | None, str]] = {}  # item -> (refused value, why)
+        self._reported: set[tuple[str, str, str, str]] = set()
+        self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
+        self._cached_plan: PlanFunction | None = None
+
+    # -- public ---------------------------------------------------------------------------
+    def reconcile(self, plan: PlanFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
+        """Apply ``plan(foreign_labels)`` to the node; never raises on API errors."""
+        return self._run(plan, live_node, cleaning=False)[0]
+
+    def clean(self) -> CleanOutcome:
+        """Remove everything we own (labels, annotations, resources, taints, the record)."""
+        outcome, final = self._run(_empty_plan, None, cleaning=True)
+        clean = outcome.ok and final is not None and parse_ownership(final.annotations).empty
+        return CleanOutcome(clean=clean, writes=outcome.writes, removed=outcome.applied,
+                            problems=outcome.problems, error=outcome.error)
+
+    def preview(self, plan: PlanFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
+        """What ``reconcile`` would change, without writing (``apply --dry-run``)."""
+        try:
+            node = node_as_dict(live_node) if live_node is not None else self._get()
+        except NodeApiError as err:
+            return self._failure(err, 0, [], [], None)
+        live = LiveNode.from_dict(node)
+        desired = self._desired(plan, live)
+        node_plan = plan_node_changes(live, desired, skip=self._skip(desired))
+        problems = list(node_plan.refused) + [c.as_problem() for c in node_plan.clashes]
+        return ReconcileOutcome(changed=not node_plan.empty, writes=0, applied=tuple(_readable(node_plan.changes)),
+                                problems=tuple(problems), node_uid=live.uid, resource_version=live.resource_version,
+                                desired=desired)
+
+    # -- the loop -------------------------------------------------------------------------
+    def _get(self) -> dict[str, Any]:
+        return call_with_retries(lambda: self.api.get_node(self.node_name), self.backoff, self._sleep,
+                                 max_attempts=self.max_attempts, describe=f"GET node {self.node_name}")
+
+    def _run(self, plan: PlanFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
+             ) -> tuple[ReconcileOutcome, LiveNode | None]:
+        writes, applied, problems = 0, [], []
+        try:
+            node = node_as_dict(live_node) if live_node is not None else self._get()
+        except NodeApiError as err:
+            return self._failure(err, writes, applied, problems, None), None
+        conflicts = stale_rereads = 0
+        remove_startup = False
+        desired = DesiredNodeState()
+        while True:
+            live = LiveNode.from_dict(node)
+            self._notice_uid(live)
+            try:
+                desired = self._desired(plan, live)
+            except Exception as exc:  # a planning bug must not kill the agent: report it
+                log.exception("planning the desired state failed for node %s", self.node_name)
+                return self._result(live, writes, applied, problems, f"planning failed: {exc}", desired), live
+            removal = self.startup_taints if remove_startup else frozenset()
+            node_plan = plan_node_changes(live, desired, skip=self._skip(desired), remove_foreign_taints=removal)
+            self._report(live, node_plan, problems)
+            for (kind, key), (_value, why) in sorted(self._rejected.items()):
+                problem = Problem("api-server", f"{kind} {key}", f"rejected by the API server, not retried while unchanged: {why}")
+                if problem not in problems:
+                    problems.append(problem)
+            if node_plan.empty:
+                if not cleaning and self.startup_taints and self._startup_done_uid != live.uid and not remove_startup:
+                    remove_startup = True
+                    continue
+                if remove_startup:
+                    self._startup_done_uid = live.uid
+                break
+            if writes >= self.max_writes:
+                return self._result(live, writes, applied, problems,
+                                    f"node {self.node_name} did not settle after {writes} writes", desired), live
+            use_status = bool(node_plan.status_ops) and (node_plan.status_first or not node_plan.metadata_patch)
+            try:
+                node = self._write(node_plan, use_status)
+            except Conflict as err:
+                conflicts += 1
+                log.info("node %s changed under us (%s); re-reading", self.node_name, err.message)
+                if conflicts > self.max_conflicts:
+                    return self._failure(err, writes, applied, problems, live, desired), live
+                node = self._reread(writes, applied, problems, live, desired)
+                if isinstance(node, ReconcileOutcome):
+                    return node, live
+                continue
+            except Invalid as err:
+                refs = self._blame(err, node_plan, use_status, desired)
+                if refs:
+                    continue  # same live node: the refused request changed nothing
+                stale_rereads += 1
+                if stale_rereads > 1:
+                    return self._failure(err, writes, applied, problems, live, desired), live
+                node = self._reread(writes, applied, problems, live, desired)
+                if isinstance(node, ReconcileOutcome):
+                    return node, live
+                continue
+            except NodeApiError as err:
+                return self._failure(err, writes, applied, problems, live, desired), live
+            writes += 1
+            changes = node_plan.status_changes if use_status else node_plan.metadata_changes
+            self._announce(live.uid, changes, use_status, cleaning, applied)
+        self.backoff.success()
+        return self._result(live, writes, applied, problems, None, desired), live
+
+    def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
+        if use_status:
+            call = lambda: self.api.patch_status(self.node_name, node_plan.status_ops)  # noqa: E731
+        else:
+            call = lambda: self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})  # noqa: E731
+        return call_with_retries(call, self.backoff, self._sleep, max_attempts=self.max_attempts,
+                                 describe=f"PATCH node {self.node_name}{'/status' if use_status else ''}")
+
+    def _reread(self, writes, applied, problems, live, desired) -> dict[str, Any] | ReconcileOutcome:
+        try:
+            return self._get()
+        except NodeApiError as err:
+            return self._failure(err, writes, applied, problems, live, desired)
+
+    # -- pieces ---------------------------------------------------------------------------
+    def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
+        owned = parse_ownership(live.annotations).labels
+        foreign = {k: v for k, v in live.labels.items() if k not in owned}
+        if self._cached is None or self._cached[0] != foreign or plan is not self._cached_plan:
+            self._cached = (foreign, plan(dict(foreign)))
+            self._cached_plan = plan
+        return self._cached[1]
+
+    def _skip(self, desired: DesiredNodeState) -> frozenset[ItemRef]:
+        """Items the server refused, for as long as we still want the value it refused."""
+        wanted: dict[ItemRef, str | None] = {}
+        wanted.update({("label", k): v for k, v in desired.labels.items()})
+        wanted.update({("annotation", k): v for k, v in desired.annotations.items()})
+        wanted.update({("resource", k): str(v) for k, v in desired.extended_resources.items()})
+        wanted.update({taint_ref(*t.identity): t.value for t in desired.taints})
+        for ref, value in list(self._rejected.items()):
+            if wanted.get(ref) != value[0]:
+                del self._rejected[ref]  # the wish changed: worth another try
+        return frozenset(self._rejected)
+
+    def _blame(self, err: Invalid, node_plan: NodePlan, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
+        refs = rejected_items(err.causes, err.message,
+                              metadata_patch=None if use_status else node_plan.metadata_patch,
+                              status_ops=node_plan.status_ops if use_status else (),
+                              our_taints=[f"{t.key}:{t.effect}" for t in desired.taints])
+        refs -= set(self._rejected)
+        if not refs:
+            log.warning("node %s: the API server rejected our patch and named no item we sent (%s); re-reading",
+                        self.node_name, err.message, extra={"node": self.node_name, "event": "rejected"})
+            return refs
+        values = {("label", k): v for k, v in desired.labels.items()}
+        values.update({("annotation", k): v for k, v in desired.annotations.items()})
+        values.update({("resource", k): str(v) for k, v in desired.extended_resources.items()})
+        values.update({taint_ref(*t.identity): t.value for t in desired.taints})
+        reason = "; ".join(c.message for c in err.causes) or err.message
+        for ref in sorted(refs):
+            self._rejected[ref] = (values.get(ref), reason)
+            text = f"{ref[0]} {ref[1]} rejected by the API server, skipped: {reason}"
+            log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "rejected", "change": f"{ref[0]} {ref[1]}"})
+            self.events.record(self._node_uid, ev.REASON_REJECTED, text, warning=True)
+        return refs
+
+    def _report(self, live: LiveNode, node_plan: NodePlan, problems: list[Problem]) -> None:
+        """Clashes and refusals: into the outcome every time, into the log/Events once."""
+        current = set()
+        for clash in node_plan.clashes:
+            key = (clash.kind, clash.key, clash.wanted, clash.found)
+            current.add(key)
+            problem = clash.as_problem()
+            if problem not in problems:
+                problems.append(problem)
+            if key not in self._reported:
+                self._reported.add(key)
+                log.warning("node %s: %s", self.node_name, clash, extra={"node": self.node_name, "event": "clash", "change": f"{clash.kind} {clash.key}"})
+                self.events.record(live.uid, ev.REASON_CLASH, str(clash), warning=True)
+        self._reported &= current  # a clash that went away and comes back is reported again
+        for problem in node_plan.refused:
+            if problem not in problems:
+                problems.append(problem)
+                log.warning("node %s: not sent: %s", self.node_name, problem, extra={"node": self.node_name, "event": "refused"})
+
+    def _announce(self, uid: str, changes: Iterable[Change], status: bool, cleaning: bool, applied: list[str]) -> None:
+        lines = _readable(changes)
+        for line in lines:
+            log.info("node %s: %s", self.node_name, line, extra={"node": self.node_name, "event": "applied", "change": line})
+        applied.extend(lines)
+        if cleaning:
+            reason = ev.REASON_CLEANED
+        elif status:
+            reason = ev.REASON_RESTORED if any(c.action == "restore" for c in changes) else ev.REASON_RESOURCES
+        else:
+            reason = ev.REASON_LABELS
+        self.events.record(uid, reason, ev.summarize(lines))
+
+    def _notice_uid(self, live: LiveNode) -> None:
+        if self._node_uid and live.uid and live.uid != self._node_uid:
+            log.warning("node %s was deleted and recreated (uid %s -> %s); re-applying everything",
+                        self.node_name, self._node_uid, live.uid, extra={"node": self.node_name, "event": "node-recreated"})
+            self._reported.clear()
+        if live.uid:
+            self._node_uid = live.uid
+
+    def _result(self, live: LiveNode, writes: int, applied: list[str], problems: list[Problem], error: str | None,
+                desired: DesiredNodeState | None, retry_after: float | None = None) -> ReconcileOutcome:
+        return ReconcileOutcome(changed=writes > 0, writes=writes, applied=tuple(applied), problems=tuple(problems),
+                                error=error, node_uid=live.uid, resource_version=live.resource_version,
+                                retry_after=retry_after, desired=desired)
+
+    def _failure(self, err: NodeApiError, writes: int, applied: list[str], problems: list[Problem],
+                 live: LiveNode | None, desired: DesiredNodeState | None = None) -> ReconcileOutcome:
+        """Turn an API error into an outcome, with a clear log line and a backoff delay."""
+        if isinstance(err, Forbidden):
+            text = (f"forbidden: the agent's ServiceAccount may not do this ({err.message}); check the ClusterRole "
+                    "(nodes: get/list/watch/patch, nodes/status: patch, events: create)")
+        elif isinstance(err, NodeNotFound):
+            text = f"node {self.node_name} not found (deleted, not registered yet, or a wrong --node-name); waiting"
+        elif isinstance(err, Transient):
+            text = f"API server unreachable or failing after {self.max_attempts} attempts: {err}"
+        else:
+            text = str(err)
+        delay = self.backoff.next_delay(err.retry_after)
+        log.error("node %s: %s (next attempt in %.1fs)", self.node_name, text, delay, extra={"node": self.node_name, "event": "error"})
+        return ReconcileOutcome(changed=writes > 0, writes=writes, applied=tuple(applied), problems=tuple(problems),
+                                error=text, node_uid=live.uid if live else self._node_uid,
+                                resource_version=live.resource_version if live else "", retry_after=delay, desired=desired)

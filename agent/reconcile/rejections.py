@@ -1,0 +1,101 @@
+"""Work out which item a 422 refused, so only that item is skipped and the rest still applied.
+
+The API server reports validation failures as Status ``details.causes`` with a field path
+(``metadata.labels``, ``spec.taints[2].effect``, ``status.capacity[example.com/x]``) and a
+message quoting the bad value (``Invalid value: "bad key": ...``). Label errors name only
+``metadata.labels``, so the quoted key or value is matched against what we were sending.
+A JSON-patch apply failure (``Unable to remove nonexistent key``) names no item: the caller
+re-reads the node instead, since our view was stale.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from agent.desired import OWNERSHIP_ANNOTATIONS
+from agent.reconcile.model import ItemRef, taint_ref
+from agent.reconcile.node_api import StatusCause
+
+_BRACKET_RE = re.compile(r"\[([^\]]*)\]")
+_QUOTED_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_TAINT_INDEX_RE = re.compile(r"^spec\.taints\[(\d+)\]")
+
+
+def _quoted(message: str) -> set[str]:
+    return {m.group(1) for m in _QUOTED_RE.finditer(message)}
+
+
+def _map_items(field: str, message: str, reason: str, sent: Mapping[str, Any], kind: str) -> set[ItemRef]:
+    """Labels/annotations being set (non-null) that the cause points at."""
+    candidates = {k: v for k, v in sent.items() if v is not None and k not in OWNERSHIP_ANNOTATIONS}
+    bracket = _BRACKET_RE.search(field)
+    if bracket and bracket.group(1) in candidates:
+        return {(kind, bracket.group(1))}
+    quoted = _quoted(message)
+    hits = {(kind, k) for k, v in candidates.items() if k in quoted or (v and str(v) in quoted)}
+    if hits:
+        return hits
+    if kind == "annotation" and ("TooLong" in reason or "Too long" in message or "at most" in message):
+        if candidates:  # total size over 256 KiB: drop our largest one
+            largest = max(candidates, key=lambda k: (len(k) + len(str(candidates[k])), k))
+            return {(kind, largest)}
+    if len(candidates) == 1:
+        return {(kind, next(iter(candidates)))}
+    return set()
+
+
+def _taint_items(field: str, message: str, sent_taints: Sequence[Mapping[str, Any]], ours: set[str]) -> set[ItemRef]:
+    match = _TAINT_INDEX_RE.match(field)
+    if match and int(match.group(1)) < len(sent_taints):
+        taint = sent_taints[int(match.group(1))]
+        ref = taint_ref(str(taint.get("key", "")), str(taint.get("effect", "")))
+        return {ref} if ref[1] in ours else set()
+    quoted = _quoted(message)
+    return {("taint", key_effect) for key_effect in ours if key_effect.split(":")[0] in quoted}
+
+
+def _resource_items(field: str, message: str, ops: Sequence[Mapping[str, Any]]) -> set[ItemRef]:
+    names = set()
+    for op in ops:
+        parts = str(op.get("path", "")).split("/")
+        if len(parts) == 4 and parts[2] in ("capacity", "allocatable"):
+            names.add(parts[3].replace("~1", "/").replace("~0", "~"))
+    bracket = _BRACKET_RE.search(field)
+    if bracket and bracket.group(1) in names:
+        return {("resource", bracket.group(1))}
+    quoted = _quoted(message)
+    return {("resource", n) for n in names if n in quoted or f"[{n}]" in field}
+
+
+def rejected_items(
+    causes: Iterable[StatusCause],
+    message: str,
+    *,
+    metadata_patch: Mapping[str, Any] | None = None,
+    status_ops: Sequence[Mapping[str, Any]] = (),
+    our_taints: Iterable[str] = (),
+) -> set[ItemRef]:
+    """Items of the request just refused that the 422 blames; empty when it names none."""
+    causes = list(causes) or [StatusCause("", message, "")]
+    meta = (metadata_patch or {}).get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    sent_taints = ((metadata_patch or {}).get("spec") or {}).get("taints") or []
+    ours = set(our_taints)
+    found: set[ItemRef] = set()
+    for cause in causes:
+        field = cause.field or ""
+        text = cause.message or message
+        if field.startswith("metadata.labels") and labels:
+            found |= _map_items(field, text, cause.reason, labels, "label")
+        elif field.startswith("metadata.annotations") and annotations:
+            found |= _map_items(field, text, cause.reason, annotations, "annotation")
+        elif field.startswith("spec.taints"):
+            found |= _taint_items(field, text, sent_taints, ours)
+        elif field.startswith("status.") and status_ops:
+            found |= _resource_items(field, text, status_ops)
+        elif not field and metadata_patch:
+            quoted = _quoted(text)
+            found |= {("label", k) for k, v in labels.items() if v is not None and (k in quoted or v in quoted)}
+    return found

@@ -1,0 +1,1 @@
+"""Rule catalogue loading and evaluation (placeholder; the rules helper owns this file)."""

@@ -1,0 +1,87 @@
+"""A safe, pure-Python Go text/template engine for NodeFeatureRule labelsTemplate/varsTemplate.
+
+    render(template, data) -> str                     # raises TemplateError
+    render_key_values(template, data) -> dict         # NFD's "key=value" lines, parsed
+    compile_template(template).render(data)           # parse once, render many times
+
+Semantics follow Go's text/template with Option("missingkey=error") and the Sprig functions
+rules use (see gotemplate_sprig). `data` is plain data: Mappings, lists/tuples, str, int,
+float, bool and None; NFD's shape is `.<dom>.<feature>` -> list of {"Name"} (flags),
+{"Name", "Value"} (attributes) or attribute dicts (instances). The engine only ever reads
+Mapping keys and sequence items; it never touches Python attributes, so rule files from
+users cannot reach interpreter internals. Hostile templates are bounded: at most 64 KiB of
+source, nesting depth, execution steps and output size are capped, and every failure is a
+TemplateError with line and column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent.rules.gotemplate_exec import MAX_OUTPUT_CHARS, MAX_STEPS, execute
+from agent.rules.gotemplate_lexer import MAX_TEMPLATE_BYTES, TemplateError
+from agent.rules.gotemplate_parser import MAX_NESTING, Node, parse
+
+__all__ = [
+    "MAX_NESTING",
+    "MAX_OUTPUT_CHARS",
+    "MAX_STEPS",
+    "MAX_TEMPLATE_BYTES",
+    "CompiledTemplate",
+    "TemplateError",
+    "compile_template",
+    "parse_key_value_lines",
+    "render",
+    "render_key_values",
+]
+
+
+@dataclass(frozen=True)
+class CompiledTemplate:
+    """A parsed template; rendering it is pure (no I/O, clock or globals)."""
+
+    source: str
+    nodes: tuple[Node, ...]
+
+    def render(self, data: Mapping) -> str:
+        return execute(self.source, self.nodes, data)
+
+    def render_key_values(self, data: Mapping) -> dict[str, str]:
+        return parse_key_value_lines(self.render(data))
+
+
+def compile_template(template: str) -> CompiledTemplate:
+    """Parse `template`, raising TemplateError for syntax errors, unknown functions, > 64 KiB."""
+    if not isinstance(template, str):
+        raise TemplateError(f"template must be a string, not {type(template).__name__}")
+    return CompiledTemplate(template, parse(template))
+
+
+def render(template: str, data: Mapping) -> str:
+    """Execute Go template `template` against `data` (missingkey=error)."""
+    return compile_template(template).render(data)
+
+
+def render_key_values(template: str, data: Mapping) -> dict[str, str]:
+    """Render and split into a dict the way NFD's template helper ExpandMap does."""
+    return compile_template(template).render_key_values(data)
+
+
+def parse_key_value_lines(text: str) -> dict[str, str]:
+    """NFD's ExpandMap: each line is stripped, blank lines skipped, split at the first "=";
+    a non-blank line without "=" is an error; later duplicates win. Keys and values are
+    returned unvalidated (label-name checks belong to the caller)."""
+    result: dict[str, str] = {}
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        key, separator, value = stripped.partition("=")
+        if not separator:
+            raise TemplateError(
+                f"missing value in expanded template output line {number}: {stripped[:80]!r} "
+                "(format must be '<key>=<value>')"
+            )
+        result[key] = value
+    return result

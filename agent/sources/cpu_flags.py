@@ -1,0 +1,215 @@
+"""Translate what Linux prints in ``/proc/cpuinfo`` into the names NFD labels CPUs with.
+
+NFD reads CPUID itself (x86, through ``klauspost/cpuid`` ``FeatureSet()``) or the ELF hwcaps
+(ARM).  We read the kernel's rendering of the same bits, so this module holds the one
+translation table from Linux flag names (``arch/x86/include/asm/cpufeatures.h``) to
+klauspost's ``FeatureID`` names, the hwcap names NFD uses on ARM, the psABI levels NFD adds as
+``X86_64_V1..V4``, and klauspost's vendor names.  Pure functions, no I/O.
+
+Flags whose klauspost bit Linux does not expose (``OSXSAVE`` is hidden from cpuinfo, for
+example) are derived from the flag the kernel only shows when the bit is usable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+#: Linux x86 flag -> klauspost FeatureID name(s).  Only bits whose meaning is the same CPUID
+#: bit (or one Linux sets only when that bit is set) are listed; unknown flags are ignored.
+X86_FLAGS: Mapping[str, tuple[str, ...]] = {
+    # CPUID 1 EDX / ECX
+    "fpu": ("X87",), "cx8": ("CMPXCHG8",), "sep": ("SYSEE",), "cmov": ("CMOV",), "mmx": ("MMX",),
+    "fxsr": ("FXSR",), "sse": ("SSE", "FXSROPT"),  # klauspost sets FXSROPT from the SSE bit too
+    "sse2": ("SSE2",), "pni": ("SSE3",), "vmx": ("VMX",), "ssse3": ("SSSE3",), "sse4_1": ("SSE4",),
+    "sse4_2": ("SSE42",), "aes": ("AESNI",), "pclmulqdq": ("CLMUL",), "movbe": ("MOVBE",),
+    "popcnt": ("POPCNT",), "rdrand": ("RDRAND",), "hypervisor": ("HYPERVISOR",), "f16c": ("F16C",),
+    "cx16": ("CX16",), "xsave": ("XSAVE", "OSXSAVE"),  # Linux hides osxsave; it shows xsave only when enabled
+    "avx": ("AVX",), "fma": ("FMA3",),
+    # CPUID 7.0 EBX / ECX / EDX
+    "avx2": ("AVX2",), "bmi1": ("BMI1",), "bmi2": ("BMI2",), "sgx": ("SGX",), "hle": ("HLE",),
+    "erms": ("ERMS",), "rtm": ("RTM",), "mpx": ("MPX",), "rdseed": ("RDSEED",), "adx": ("ADX",),
+    "sha_ni": ("SHA",), "avx512f": ("AVX512F",), "avx512dq": ("AVX512DQ",), "avx512ifma": ("AVX512IFMA",),
+    "avx512pf": ("AVX512PF",), "avx512er": ("AVX512ER",), "avx512cd": ("AVX512CD",), "avx512bw": ("AVX512BW",),
+    "avx512vl": ("AVX512VL",), "avx512vbmi": ("AVX512VBMI",), "avx512_vbmi2": ("AVX512VBMI2",),
+    "avx512_vnni": ("AVX512VNNI",), "avx512_bitalg": ("AVX512BITALG",),
+    "avx512_vpopcntdq": ("AVX512VPOPCNTDQ",), "avx512_vp2intersect": ("AVX512VP2INTERSECT",),
+    "avx512_fp16": ("AVX512FP16",), "avx512_bf16": ("AVX512BF16",), "waitpkg": ("WAITPKG",),
+    "user_shstk": ("CETSS",), "shstk": ("CETSS",), "ibt": ("CETIBT",), "gfni": ("GFNI",), "vaes": ("VAES",),
+    "vpclmulqdq": ("VPCLMULQDQ",), "tme": ("TME",), "cldemote": ("CLDEMOTE",), "movdiri": ("MOVDIRI",),
+    "movdir64b": ("MOVDIR64B",), "enqcmd": ("ENQCMD",), "sgx_lc": ("SGXLC",), "fsrm": ("FSRM",),
+    "srbds_ctrl": ("SRBDS_CTRL",), "md_clear": ("MD_CLEAR",), "rtm_always_abort": ("RTM_ALWAYS_ABORT",),
+    "serialize": ("SERIALIZE",), "hybrid_cpu": ("HYBRID_CPU",), "tsxldtrk": ("TSXLDTRK",),
+    "pconfig": ("PCONFIG",), "amx_bf16": ("AMXBF16",), "amx_tile": ("AMXTILE",), "amx_int8": ("AMXINT8",),
+    "amx_fp16": ("AMXFP16",), "flush_l1d": ("FLUSH_L1D",), "arch_capabilities": ("IA32_ARCH_CAP",),
+    "ibpb": ("IBPB",), "stibp": ("STIBP",), "ssbd": ("SPEC_CTRL_SSBD",),
+    # CPUID 7.1
+    "avx_vnni": ("AVXVNNI",), "avx_ifma": ("AVXIFMA",), "cmpccxadd": ("CMPCCXADD",), "fzrm": ("MOVSB_ZL",),
+    "fsrs": ("STOSB_SHORT",), "fsrc": ("CMPSB_SCADBS_SHORT",), "lam": ("LAM",), "wrmsrns": ("WRMSRNS",),
+    # CPUID 0xD.1
+    "xsaveopt": ("XSAVEOPT",), "xsavec": ("XSAVEC",), "xgetbv1": ("XGETBV1",), "xsaves": ("XSAVES",),
+    # CPUID 0x8000_0001 ECX / EDX
+    "abm": ("LZCNT", "POPCNT"), "lahf_lm": ("LAHF",), "svm": ("SVM",), "sse4a": ("SSE4A",), "ibs": ("IBS",),
+    "topoext": ("TOPEXT",), "xop": ("XOP",), "fma4": ("FMA4",), "tbm": ("TBM",), "syscall": ("SYSCALL",),
+    "nx": ("NX",), "mmxext": ("MMXEXT",), "fxsr_opt": ("FXSROPT",), "rdtscp": ("RDTSCP",),
+    "3dnowext": ("AMD3DNOWEXT",), "3dnow": ("AMD3DNOW",),
+    # CPUID 0x8000_0007 / 0x8000_0008 / 0x8000_000A / 0x8000_001F (AMD)
+    "overflow_recov": ("MCAOVERFLOW",), "succor": ("SUCCOR",), "cpb": ("CPBOOST",), "cppc": ("CPPC",),
+    "amd_ppin": ("PPIN",), "wbnoinvd": ("WBNOINVD",), "mcommit": ("MCOMMIT",), "rdpru": ("RDPRU",),
+    "invlpgb": ("INVLPGB",), "clzero": ("CLZERO",), "npt": ("SVMNP",), "lbrv": ("LBRVIRT",),
+    "svm_lock": ("SVML",), "nrip_save": ("NRIPS",), "tsc_scale": ("TSCRATEMSR",), "vmcb_clean": ("VMCBCLEAN",),
+    "flushbyasid": ("SVMFBASID",), "decodeassists": ("SVMDA",), "pausefilter": ("SVMPF",),
+    "pfthreshold": ("SVMPFT",), "sme": ("SME",), "sev": ("SEV",), "sev_es": ("SEV_ES",), "sev_snp": ("SEV_SNP",),
+    "vm_page_flush": ("MSR_PAGEFLUSH",), "debug_swap": ("SEV_DEBUGSWAP",),
+    # synthetic
+    "tdx_guest": ("TDX_GUEST",),
+    # py-cpuinfo's own spellings of the same bits (used only on the live fallback path)
+    "osxsave": ("OSXSAVE",), "sha": ("SHA",), "rdrnd": ("RDRAND",),
+}
+
+#: klauspost only reports IBRS from AMD's 0x8000_0008 leaf; Linux sets ``ibrs`` on Intel too.
+AMD_ONLY_FLAGS: Mapping[str, tuple[str, ...]] = {"ibrs": ("IBRS",)}
+
+#: psABI micro-architecture levels exactly as klauspost ``X64Level`` checks them (cumulative).
+_LEVEL1 = frozenset({"CMOV", "CMPXCHG8", "X87", "FXSR", "MMX", "SSE", "SSE2"})
+_LEVEL2 = _LEVEL1 | {"CX16", "LAHF", "POPCNT", "SSE3", "SSE4", "SSE42", "SSSE3"}
+_LEVEL3 = _LEVEL2 | {"AVX", "AVX2", "BMI1", "BMI2", "F16C", "FMA3", "LZCNT", "MOVBE", "OSXSAVE"}
+_LEVEL4 = _LEVEL3 | {"AVX512F", "AVX512BW", "AVX512CD", "AVX512DQ", "AVX512VL"}
+X86_LEVELS = (_LEVEL1, _LEVEL2, _LEVEL3, _LEVEL4)
+
+#: arm64 hwcap names as Linux prints them -> NFD's names (``source/cpu/cpuid_linux_arm64.go``).
+ARM64_HWCAPS: Mapping[str, str] = {
+    name: name.upper()
+    for name in (
+        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc "
+        "dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 "
+        "sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm svebf16 i8mm bf16 "
+        "dgh rng bti mte ecv afp rpres mte3 sme smei16i64 smef64f64 smei8i32 smef16f32 smeb16f32 smef32f32 "
+        "smefa64 wfxt ebf16 sveebf16"
+    ).split()
+}
+
+#: 32-bit ARM hwcap names (``cpuid_linux_arm.go``); note Linux's ``fastmult`` is NFD's FASTMUL.
+ARM32_HWCAPS: Mapping[str, str] = {
+    **{n: n.upper() for n in "swp half thumb 26bit fpa vfp edsp java iwmmxt crunch thumbee neon tls idiva "
+                              "idivt vfpd32 lpae evtstrm aes pmull sha1 sha2 crc32".split()},
+    "fastmult": "FASTMUL", "vfpv3": "VFPv3", "vfpv3d16": "VFPv3D16", "vfpv4": "VFPv4",
+}
+
+#: CPUID vendor string -> klauspost ``Vendor`` name (``vendorMapping`` in cpuid.go).
+X86_VENDORS: Mapping[str, str] = {
+    "AMDisbetter!": "AMD", "AuthenticAMD": "AMD", "CentaurHauls": "VIA", "GenuineIntel": "Intel",
+    "TransmetaCPU": "Transmeta", "GenuineTMx86": "Transmeta", "Geode by NSC": "NSC", "VIA VIA VIA": "VIA",
+    "HygonGenuine": "Hygon", "Vortex86 SoC": "SiS", "SiS SiS SiS": "SiS", "RiseRiseRise": "SiS",
+    "Genuine  RDC": "RDC", "Shanghai": "VIA",
+}
+"""Keys without the padding spaces the 12-byte CPUID string may carry (cpuinfo shows them trimmed)."""
+
+#: MIDR implementer byte -> klauspost ``Vendor`` name (os_linux_arm64.go).
+ARM_IMPLEMENTERS: Mapping[int, str] = {
+    0xC0: "Ampere", 0x41: "ARM", 0x42: "Broadcom", 0x43: "Cavium", 0x44: "DEC", 0x46: "Fujitsu",
+    0x49: "Infineon", 0x4D: "Motorola", 0x4E: "NVIDIA", 0x50: "AMCC", 0x51: "Qualcomm", 0x56: "Marvell",
+    0x69: "Intel",
+}
+
+UNKNOWN_VENDOR = "VendorUnknown"
+"""What klauspost's ``Vendor.String()`` prints for a vendor it does not know (NFD labels it)."""
+
+
+@dataclass(frozen=True)
+class CpuInfoBlock:
+    """The first ``processor`` block of ``/proc/cpuinfo``: key -> value, keys as the kernel wrote them."""
+
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def arch(self) -> str:
+        """``x86``, ``arm64``, ``arm`` or ``""`` (unknown layout)."""
+        if "flags" in self.fields or "vendor_id" in self.fields:
+            return "x86"
+        if "Features" in self.fields or "CPU implementer" in self.fields:
+            return "arm" if self.fields.get("CPU architecture", "8").strip() in ("7", "6", "5TEJ") else "arm64"
+        return ""
+
+    @property
+    def raw_flags(self) -> list[str]:
+        return (self.fields.get("flags") or self.fields.get("Features") or "").split()
+
+
+def parse_first_block(text: str) -> CpuInfoBlock:
+    """Key/value lines of the first processor block (up to the first blank line)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return CpuInfoBlock(fields)
+
+
+def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
+              fields: Mapping[str, str] | None = None) -> tuple[frozenset[str], list[str]]:
+    """NFD's ``cpu.cpuid`` flags for the Linux flags, and the Linux flags with no NFD name."""
+    out: set[str] = set()
+    unmapped: list[str] = []
+    if arch == "x86":
+        for flag in raw_flags:
+            names = X86_FLAGS.get(flag) or (AMD_ONLY_FLAGS.get(flag) if vendor in ("AMD", "Hygon") else None)
+            if names:
+                out.update(names)
+            else:
+                unmapped.append(flag)
+        out.update(x86_levels(out))
+        if fields is not None and x86_htt(fields):
+            out.add("HTT")
+    elif arch in ("arm64", "arm"):
+        table = ARM64_HWCAPS if arch == "arm64" else ARM32_HWCAPS
+        for flag in raw_flags:
+            if flag in table:
+                out.add(table[flag])
+            else:
+                unmapped.append(flag)
+    return frozenset(out), unmapped
+
+
+def x86_htt(fields: Mapping[str, str]) -> bool:
+    """klauspost's HTT: the ``ht`` bit *and* more than one thread per core."""
+    if "ht" not in fields.get("flags", "").split():
+        return False
+    siblings, cores = fields.get("siblings", ""), fields.get("cpu cores", "")
+    return siblings.isdigit() and cores.isdigit() and int(siblings) > int(cores)
+
+
+def x86_levels(flags: set[str] | frozenset[str]) -> set[str]:
+    """Cumulative ``X86_64_V1..V4`` as NFD adds them (requires SYSCALL or SYSENTER first)."""
+    if not flags & {"SYSEE", "SYSCALL"}:
+        return set()
+    levels = set()
+    for number, required in enumerate(X86_LEVELS, start=1):
+        if not required <= flags:
+            break
+        levels.add(f"X86_64_V{number}")
+    return levels
+
+
+def x86_vendor(vendor_id: str) -> str:
+    return X86_VENDORS.get(vendor_id.strip(), UNKNOWN_VENDOR)
+
+
+def arm_model(fields: Mapping[str, str]) -> tuple[str, int, int]:
+    """(vendor, family, id) as klauspost derives them from MIDR_EL1.
+
+    ``Family = MIDR[23:16]`` (variant << 4 | architecture, which is 0xF on ARMv7+ CPUs that use
+    the CPUID scheme) and ``Model = MIDR[15:0]`` (part << 4 | revision).  Raises ``ValueError``
+    when a field is not a number.
+    """
+    implementer = int(fields["CPU implementer"], 0)
+    variant = int(fields.get("CPU variant", "0"), 0)
+    part = int(fields["CPU part"], 0)
+    revision = int(fields.get("CPU revision", "0"), 0)
+    if not (0 <= implementer <= 0xFF and 0 <= variant <= 0xF and 0 <= part <= 0xFFF and 0 <= revision <= 0xF):
+        raise ValueError("MIDR field out of range")
+    return ARM_IMPLEMENTERS.get(implementer, UNKNOWN_VENDOR), (variant << 4) | 0xF, (part << 4) | revision

@@ -1,0 +1,211 @@
+"""kernel source: NFD's ``kernel.*`` features and ``kernel-*`` labels.
+
+Version from ``/proc/sys/kernel/osrelease``, the first kernel config found in NFD's search
+order (``source/kernel/kconfig.go``), loaded and built-in modules, SELinux and KVM.  Unlike
+NFD every path, ``/proc`` included, is read through the host seam, so a tree replays fully.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import zlib
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, SourceError, SourceResult, nfd_label
+from agent.hostfs import HostFileError, HostFS
+
+NAME = "kernel"
+
+OSRELEASE = "/proc/sys/kernel/osrelease"
+PROC_MODULES = "/proc/modules"
+PROC_CONFIG_GZ = "/proc/config.gz"
+MAX_TEXT_BYTES = 8 * 1024 * 1024
+"""Largest kconfig/module list read; real ones are < 1 MiB, anything bigger is not one."""
+
+_UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
+_VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\.(?P<revision>\d+))?(-.*)?$")
+_KCONFIG_LINE = re.compile(r"^CONFIG_(\w+)=(.+)")
+_MODULE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class _Unusable(Exception):
+    """A host file that is there but cannot be used (too big, binary, corrupt)."""
+
+
+def kconfig_candidates(release: str, configured: str) -> list[str]:
+    """NFD's kconfig search order with its host prefixes mapped onto the host root."""
+    paths = [configured] if configured else []
+    paths.append(PROC_CONFIG_GZ)
+    if release:
+        paths += [
+            f"/usr/src/linux-{release}/.config", f"/usr/src/linux-rt-{release}/.config", "/usr/src/linux/.config",
+            f"/usr/lib/modules/{release}/config", f"/usr/lib/ostree-boot/config-{release}",
+            f"/usr/lib/kernel/config-{release}", f"/usr/src/linux-headers-{release}/.config",
+            f"/lib/modules/{release}/build/.config", f"/usr/src/linux-rt-headers-{release}/.config",
+            f"/boot/config-{release}",
+        ]
+    return paths
+
+
+def version_attributes(release: str) -> dict[str, str]:
+    """``full`` sanitised as NFD does, and major/minor/revision when the regex matches."""
+    full = _UNSAFE.sub("_", release).strip("-_.")
+    attrs = {"full": full}
+    match = _VERSION.match(full)
+    if match:
+        attrs.update({k: v or "" for k, v in match.groupdict().items()})
+    return attrs
+
+
+def parse_kconfig(text: str) -> dict[str, str]:
+    """``CONFIG_X=v`` lines -> ``{"X": v}`` with surrounding double quotes trimmed (raw values)."""
+    options: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _KCONFIG_LINE.match(line)
+        if match:
+            options[match.group(1)] = match.group(2).strip('"')
+    return options
+
+
+def kconfig_label_value(raw: str) -> str:
+    """NFD's legacy form used for labels: ``y``/``m`` -> ``true``, anything else as is."""
+    return "true" if raw in ("y", "m") else raw
+
+
+def parse_modules(text: str) -> tuple[set[str], list[str]]:
+    """First column of ``/proc/modules``; returns (names, rejected first columns)."""
+    names: set[str] = set()
+    rejected: list[str] = []
+    for line in text.splitlines():
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if not first:
+            continue
+        if _MODULE_NAME.match(first):
+            names.add(first)
+        else:
+            rejected.append(first)
+    return names, rejected
+
+
+def parse_builtin(text: str) -> set[str]:
+    """``modules.builtin`` paths -> basenames without ``.ko`` (not normalised, as NFD)."""
+    names = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            base = posixpath.basename(line)
+            names.add(base[:-3] if base.endswith(".ko") else base)
+    return {n for n in names if _MODULE_NAME.match(n)}
+
+
+def _decode(data: bytes) -> str:
+    if b"\x00" in data:
+        raise _Unusable("binary content (NUL byte)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Unusable(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _read_big_text(host: HostFS, path: str) -> str | None:
+    """A text file of up to MAX_TEXT_BYTES, ``None`` when missing; ``/proc/config.gz`` unpacked."""
+    try:
+        data = host.read_bytes(path, MAX_TEXT_BYTES + 1)
+    except HostFileError as exc:
+        if exc.missing:
+            return None
+        raise _Unusable(f"unreadable: {exc.reason}") from exc
+    if path.endswith(".gz"):
+        try:
+            unpacker = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data = unpacker.decompress(data, MAX_TEXT_BYTES + 1)
+            if not unpacker.eof and len(data) <= MAX_TEXT_BYTES:
+                raise _Unusable("truncated gzip stream")
+        except zlib.error as exc:
+            raise _Unusable(f"corrupt gzip: {exc}") from exc
+    if len(data) > MAX_TEXT_BYTES:
+        raise _Unusable(f"larger than {MAX_TEXT_BYTES} bytes; not a real kernel file")
+    return _decode(data)
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    errors: list[SourceError] = []
+    features: dict[str, Feature] = {}
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+
+    def label(key: str, value: str, origin: str) -> None:
+        labels[nfd_label(NAME, key)] = value
+        origins[nfd_label(NAME, key)] = origin
+
+    release = ""
+    try:
+        release = (host.read_attr(OSRELEASE) or "").strip()
+        if not release:
+            errors.append(SourceError(NAME, OSRELEASE, "missing or empty; no kernel version"))
+    except HostFileError as exc:
+        errors.append(SourceError(NAME, OSRELEASE, f"unreadable: {exc.reason}"))
+    if len(release) > 256 or any(c.isspace() for c in release):
+        errors.append(SourceError(NAME, OSRELEASE, f"not a kernel release: {release[:40]!r}"))
+        release = ""
+    if release:
+        version = version_attributes(release)
+        features["version"] = Feature(attributes=version, origin=OSRELEASE)
+        for key, value in version.items():
+            label(f"version.{key}", value, OSRELEASE)
+
+    for path in kconfig_candidates(release, config.kernel_config_file):
+        try:
+            text = _read_big_text(host, path)
+        except _Unusable as exc:
+            errors.append(SourceError(NAME, path, f"kernel config skipped: {exc}"))
+            continue
+        if text is None:
+            continue
+        options = parse_kconfig(text)
+        if not options:
+            errors.append(SourceError(NAME, path, "no CONFIG_ lines; not a kernel config"))
+            continue
+        features["config"] = Feature(attributes=options, origin=path)
+        for opt in config.kernel_config_opts:
+            if opt in options:
+                label(f"config.{opt}", kconfig_label_value(options[opt]), path)
+        break
+
+    loaded: set[str] = set()
+    try:
+        text = _read_big_text(host, PROC_MODULES)
+        if text is not None:
+            loaded, rejected = parse_modules(text)
+            if rejected:
+                errors.append(SourceError(NAME, PROC_MODULES, f"{len(rejected)} line(s) without a module name, e.g. {rejected[0][:40]!r}"))
+    except _Unusable as exc:
+        errors.append(SourceError(NAME, PROC_MODULES, str(exc)))
+    enabled = set(loaded)
+    if release:
+        builtin_path = f"/lib/modules/{release}/modules.builtin"
+        try:
+            text = _read_big_text(host, builtin_path)
+            enabled |= parse_builtin(text) if text is not None else set()
+        except _Unusable as exc:
+            errors.append(SourceError(NAME, builtin_path, str(exc)))
+    if loaded:
+        features["loadedmodule"] = Feature(flags=loaded, origin=PROC_MODULES)
+    if enabled:
+        features["enabledmodule"] = Feature(flags=enabled, origin=PROC_MODULES)
+
+    enforce = "/sys/fs/selinux/enforce"
+    try:
+        status = host.read_bytes(enforce, 16)
+        selinux = status[:1] == b"1"
+    except HostFileError as exc:
+        selinux = False
+        if not exc.missing:
+            errors.append(SourceError(NAME, enforce, f"unreadable: {exc.reason}"))
+    features["selinux"] = Feature(attributes={"enabled": "true" if selinux else "false"}, origin=enforce)
+    if selinux:
+        label("selinux.enabled", "true", enforce)
+    kvm = "/sys/devices/virtual/misc/kvm"
+    features["kvm"] = Feature(attributes={"enabled": "true" if host.exists(kvm) else "false"}, origin=kvm)
+    return SourceResult(NAME, features, labels, errors, origins)

@@ -1,0 +1,174 @@
+"""local source: NFD's feature files (``features.d``), read through the host seam.
+
+Format as ``source/local/local.go``: one ``key[=value]`` a line (value defaults to
+``true``), ``#`` comments, and directives ``# +expiry-time=<RFC3339>`` (until the next one),
+``# +no-label`` and ``# +no-feature`` (next feature line only).  Files are read in name
+order, hidden files and anything but regular files (after links) are skipped, files over
+64 KiB are refused, and a later file overrides an earlier one's key.  Labels keep the key as
+written; an unprefixed key gets ``feature.node.kubernetes.io/`` as nfd-master would add.
+
+Unlike NFD, a line whose key or value Kubernetes would reject is reported with file:line and
+left out, instead of failing later at the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from agent.discovery import DiscoveryConfig
+from agent.features import NFD_PREFIX, Feature, SourceError, SourceResult
+from agent.hostfs import HostFileError, HostFS
+from agent.k8s_validation import label_value_errors, qualified_name_errors
+
+NAME = "local"
+MAX_FEATURE_FILE_SIZE = 65536
+DIRECTIVE_PREFIX = "# +"
+
+log = logging.getLogger(__name__)
+
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+_PRINTABLE_KEY = re.compile(r"^[^\s=#]+$")
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """One feature file's result: label and feature maps, and what was wrong (line, message)."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    features: dict[str, str] = field(default_factory=dict)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Go's ``time.Parse(time.RFC3339, ...)``; ``ValueError`` for anything else."""
+    match = _RFC3339.match(text)
+    if not match:
+        raise ValueError(f"not an RFC3339 time: {text[:40]!r}")
+    base, fraction, zone = match.groups()
+    fraction = (fraction or "")[:7]  # Python keeps microseconds
+    zone = "+00:00" if zone in ("Z", "z") else zone
+    return datetime.fromisoformat(base.replace("t", "T") + fraction + zone)
+
+
+def label_key(key: str) -> str:
+    """The Node label a feature-file key becomes (nfd-master adds the NFD namespace)."""
+    return key if "/" in key else NFD_PREFIX + key
+
+
+def parse_feature_file(text: str, now: datetime) -> ParsedFile:
+    """Pure parse of one file's text at time ``now`` (timezone-aware)."""
+    result = ParsedFile()
+    expiry: datetime | None = None
+    skip_label = skip_feature = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            if not line.startswith(DIRECTIVE_PREFIX):
+                continue
+            name, has_value, value = line[len(DIRECTIVE_PREFIX):].partition("=")
+            if name == "no-label":
+                skip_label = True
+            elif name == "no-feature":
+                skip_feature = True
+            elif name == "expiry-time":
+                try:
+                    if not has_value:
+                        raise ValueError("expiry-time needs =<RFC3339 time>")
+                    expiry = parse_rfc3339(value.strip())
+                except ValueError as exc:
+                    result.problems.append((number, f"bad expiry-time directive: {exc}"))
+            else:
+                result.problems.append((number, f"unknown directive {name!r} ignored"))
+            continue
+        want_label, want_feature = not skip_label, not skip_feature
+        skip_label = skip_feature = False  # a directive covers the next feature line only
+        if expiry is not None and expiry < now:
+            continue
+        key, has_value, value = line.partition("=")
+        value = value if has_value else "true"
+        problem = _line_problem(key, value, want_label)
+        if problem:
+            result.problems.append((number, problem))
+            continue
+        if want_feature:
+            result.features[key] = value
+        if want_label:
+            result.labels[key] = value
+    return result
+
+
+def _line_problem(key: str, value: str, labelled: bool) -> str:
+    if labelled:
+        reasons = qualified_name_errors(label_key(key)) + label_value_errors(value)
+        return f"{key[:60]!r}={value[:60]!r} is not a valid label: {'; '.join(reasons)}" if reasons else ""
+    if not _PRINTABLE_KEY.match(key) or not key.isprintable() or not value.isprintable():
+        return f"{key[:60]!r} is not a usable feature key/value"
+    return ""
+
+
+def discover(host: HostFS, config: DiscoveryConfig, now: datetime | None = None) -> SourceResult:
+    now = now or datetime.now(timezone.utc)
+    directory = config.local_features_dir
+    errors: list[SourceError] = []
+    labels: dict[str, str] = {}
+    features: dict[str, str] = {}
+    label_origins: dict[str, str] = {}
+    element_origins: dict[str, str] = {}
+    try:
+        names = host.listdir(directory)
+    except HostFileError as exc:
+        return SourceResult(NAME, errors=(SourceError(NAME, directory, f"unlistable: {exc.reason}"),))
+    for name in names:
+        path = posixpath.join(directory, name)
+        if name.startswith("."):
+            continue
+        if not host.is_file(path):
+            log.info("local: %s is not a regular file; skipped", path)
+            continue
+        text = _read_feature_file(host, path, errors)
+        if text is None:
+            continue
+        parsed = parse_feature_file(text, now)
+        errors += [SourceError(NAME, f"{path}:{line}", message) for line, message in parsed.problems]
+        for key, value in parsed.labels.items():
+            if key in labels and labels[key] != value:
+                log.info("local: %s overrides %s=%s with %s", path, key, labels[key], value)
+            labels[key] = value
+            label_origins[label_key(key)] = path
+        for key, value in parsed.features.items():
+            features[key] = value
+            element_origins[key] = path
+    result_features: dict[str, Feature] = {}
+    if labels:
+        result_features["label"] = Feature(attributes=labels, origin=directory,
+                                           element_origins={k: label_origins[label_key(k)] for k in labels})
+    if features:
+        result_features["feature"] = Feature(attributes=features, origin=directory, element_origins=element_origins)
+    node_labels = {label_key(k): v for k, v in labels.items()}
+    return SourceResult(NAME, result_features, node_labels, errors, label_origins)
+
+
+def _read_feature_file(host: HostFS, path: str, errors: list[SourceError]) -> str | None:
+    try:
+        data = host.read_bytes(path, MAX_FEATURE_FILE_SIZE + 1)
+    except HostFileError as exc:
+        if not exc.missing:  # a file deleted between listing and reading is simply gone
+            errors.append(SourceError(NAME, path, f"unreadable: {exc.reason}"))
+        return None
+    if len(data) > MAX_FEATURE_FILE_SIZE:
+        errors.append(SourceError(NAME, path, f"larger than {MAX_FEATURE_FILE_SIZE} bytes; file skipped"))
+        return None
+    if b"\x00" in data:
+        errors.append(SourceError(NAME, path, "binary content (NUL byte); file skipped"))
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        errors.append(SourceError(NAME, path, f"not UTF-8 text ({exc.reason} at byte {exc.start}); file skipped"))
+        return None

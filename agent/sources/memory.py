@@ -1,0 +1,147 @@
+"""memory source: NFD's ``memory.*`` features and ``memory-*`` labels.
+
+NUMA node count, swap, NVDIMM namespaces and hugepage pools, from the same files NFD reads
+(``source/memory/memory.go``), plus one extra attribute feature ``memory.meminfo``
+(``MemTotal`` in bytes) that NFD does not have but capacity rules find useful.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, Instance, SourceError, SourceResult, nfd_label
+from agent.hostfs import HostFileError, HostFS
+
+NAME = "memory"
+
+NODES = "/sys/bus/node/devices"
+SWAPS = "/proc/swaps"
+ND_DEVICES = "/sys/bus/nd/devices"
+HUGEPAGES = "/sys/kernel/mm/hugepages"
+MEMINFO = "/proc/meminfo"
+_BINARY_SUFFIXES = (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
+
+def quantity_name(size_kb: int) -> str:
+    """A page size in KiB as Kubernetes' canonical binary Quantity: 2048 -> ``2Mi``, 1048576 -> ``1Gi``."""
+    size = size_kb * 1024
+    for suffix, unit in _BINARY_SUFFIXES:
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def count_nonempty_lines(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
+def meminfo_total_bytes(text: str) -> int | None:
+    """``MemTotal:  16318412 kB`` -> bytes; ``None`` if the line is absent or malformed."""
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key == "MemTotal":
+            parts = rest.split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB" and len(parts[0]) < 16:
+                return int(parts[0]) * 1024
+            return None
+    return None
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    errors: list[SourceError] = []
+    features: dict[str, Feature] = {}
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+
+    def error(path: str, message: str) -> None:
+        errors.append(SourceError(NAME, path, message))
+
+    def read(path: str) -> str | None:
+        try:
+            return host.read_attr(path)
+        except HostFileError as exc:
+            error(path, f"unreadable: {exc.reason}")
+            return None
+
+    def label(key: str, origin: str) -> None:
+        labels[nfd_label(NAME, key)] = "true"
+        origins[nfd_label(NAME, key)] = origin
+
+    try:
+        nodes = host.listdir(NODES)
+    except HostFileError as exc:
+        nodes = None
+        error(NODES, f"unlistable: {exc.reason}")
+    if nodes is not None and host.is_dir(NODES):
+        is_numa = len(nodes) > 1
+        features["numa"] = Feature(attributes={"is_numa": str(is_numa).lower(), "node_count": str(len(nodes))}, origin=NODES)
+        if is_numa:
+            label("numa", NODES)
+
+    swaps = read(SWAPS)
+    if swaps is not None:
+        enabled = count_nonempty_lines(swaps) > 1
+        features["swap"] = Feature(attributes={"enabled": str(enabled).lower()}, origin=SWAPS)
+        if enabled:
+            label("swap", SWAPS)
+
+    try:
+        nd_names = host.listdir(ND_DEVICES)
+    except HostFileError as exc:
+        nd_names = []
+        error(ND_DEVICES, f"unlistable: {exc.reason}")
+    instances = []
+    for name in nd_names:
+        attrs = {"name": name}
+        for attr in ("devtype", "mode"):
+            value = read(posixpath.join(ND_DEVICES, name, attr))
+            if value is not None:
+                attrs[attr] = value
+        instances.append(Instance(attrs, posixpath.join(ND_DEVICES, name)))
+    if instances:
+        features["nv"] = Feature(instances=instances, origin=ND_DEVICES)
+        label("nv.present", ND_DEVICES)
+        if any(i.attributes.get("devtype") == "nd_dax" for i in instances):
+            label("nv.dax", ND_DEVICES)
+
+    hugepages = _hugepages(host, read, error)
+    if hugepages:
+        features["hugepages"] = Feature(attributes=hugepages, origin=HUGEPAGES)
+
+    meminfo = read(MEMINFO)
+    if meminfo is not None:
+        total = meminfo_total_bytes(meminfo)
+        if total is None:
+            error(MEMINFO, "no well-formed MemTotal line")
+        else:
+            features["meminfo"] = Feature(attributes={"MemTotal": str(total)}, origin=MEMINFO)
+    return SourceResult(NAME, features, labels, errors, origins)
+
+
+def _hugepages(host: HostFS, read, error) -> dict[str, str]:
+    """``enabled`` (any pool non-empty) and ``hugepages-<Quantity>`` = nr_hugepages per pool."""
+    try:
+        pools = host.glob(f"{HUGEPAGES}/hugepages-*kB")
+    except HostFileError as exc:
+        error(HUGEPAGES, f"unlistable: {exc.reason}")
+        return {}
+    if not pools:
+        return {}
+    attrs = {"enabled": "false"}
+    for pool in pools:
+        size = posixpath.basename(pool)[len("hugepages-"):-len("kB")]
+        if not size.isdigit() or int(size) <= 0:
+            error(pool, "not a hugepages-<N>kB pool")
+            continue
+        path = f"{pool}/nr_hugepages"
+        count = read(path)
+        if count is None:
+            continue
+        if not count.isdigit():
+            error(path, f"not a page count: {count[:40]!r}")
+            continue
+        if int(count) > 0:
+            attrs["enabled"] = "true"
+        attrs[f"hugepages-{quantity_name(int(size))}"] = str(int(count))
+    return attrs

@@ -1,0 +1,97 @@
+"""network source: NFD's ``network.device`` / ``network.virtual`` and ``network-sriov.*`` labels.
+
+Reads ``/sys/class/net/*`` as ``source/network/network.go`` does (``bonding_masters`` is a
+control file, not an interface): an interface with a ``device`` link is physical and gets
+``operstate``, ``speed``, ``sriov_numvfs``, ``sriov_totalvfs`` (from ``device/``) and
+``mtu``; one without is virtual and gets ``operstate``, ``speed``, ``mtu``.  Physical
+interfaces also carry ``driver`` and, when the device is a PCI function, ``pci_address``
+so rules can tie a NIC to its ``pci.device`` instance.
+
+``speed`` of a link that is down (and of most virtual interfaces) fails with EINVAL by
+kernel design; that means "no speed", not an error.
+"""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, Instance, SourceResult, nfd_label
+from agent.hostfs import HostFS
+from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal
+
+NAME = "network"
+
+CLASS_NET = "/sys/class/net"
+_NOT_INTERFACES = frozenset({"bonding_masters"})
+#: attribute name -> file, relative to the interface directory
+_PHYSICAL_FILES = (("operstate", "operstate"), ("speed", "speed"), ("sriov_numvfs", "device/sriov_numvfs"),
+                   ("sriov_totalvfs", "device/sriov_totalvfs"), ("mtu", "mtu"))
+_VIRTUAL_FILES = (("operstate", "operstate"), ("speed", "speed"), ("mtu", "mtu"))
+#: errors that mean "this attribute has no value right now" (down link, no ethtool ops)
+_NO_VALUE_ERRNOS = (errno.EINVAL, errno.EOPNOTSUPP)
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    reader = AttributeReader(host, NAME)
+    if not host.is_dir(CLASS_NET):
+        return SourceResult(NAME)
+    physical: list[Instance] = []
+    virtual: list[Instance] = []
+    for name in reader.listdir(CLASS_NET):
+        if name in _NOT_INTERFACES:
+            continue
+        entry = f"{CLASS_NET}/{name}"
+        origin = reader.resolve(entry)
+        if origin is None:
+            continue
+        if not host.is_dir(entry):
+            reader.error(origin, f"interface {name} vanished during scan")
+            continue
+        if host.exists(f"{entry}/device"):
+            physical.append(Instance(read_physical(reader, entry, name), origin))
+        else:
+            virtual.append(Instance(read_attributes(reader, entry, name, _VIRTUAL_FILES), origin))
+    labels, origins = sriov_labels(reader, physical)
+    features = {"device": Feature(instances=physical, origin=CLASS_NET),
+                "virtual": Feature(instances=virtual, origin=CLASS_NET)}
+    return SourceResult(NAME, features, labels, reader.errors, origins)
+
+
+def read_attributes(reader: AttributeReader, entry: str, name: str, files) -> dict[str, str]:
+    attrs = {"name": name}
+    for attr, file in files:
+        value = reader.attr(f"{entry}/{file}", absent_errnos=_NO_VALUE_ERRNOS if attr == "speed" else ())
+        if value is not None:
+            attrs[attr] = value
+    return attrs
+
+
+def read_physical(reader: AttributeReader, entry: str, name: str) -> dict[str, str]:
+    attrs = read_attributes(reader, entry, name, _PHYSICAL_FILES)
+    driver = reader.link_name(f"{entry}/device/driver")
+    if driver:
+        attrs["driver"] = driver
+    device = posixpath.basename(reader.resolve(f"{entry}/device") or "")
+    if PCI_ADDRESS_RE.match(device):
+        attrs["pci_address"] = device
+    return attrs
+
+
+def sriov_labels(reader: AttributeReader, physical: list[Instance]) -> tuple[dict[str, str], dict[str, str]]:
+    """``network-sriov.capable`` / ``.configured`` when some physical NIC has VFs possible / made."""
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for instance in physical:
+        for attr, key in (("sriov_totalvfs", "sriov.capable"), ("sriov_numvfs", "sriov.configured")):
+            value = instance.attributes.get(attr)
+            if value is None:
+                continue
+            if not is_decimal(value):
+                reader.error(f"{instance.origin}/device/{attr}", f"not a VF count: {value[:40]!r}")
+                continue
+            if int(value) > 0:
+                labels[nfd_label(NAME, key)] = "true"
+                origins.setdefault(nfd_label(NAME, key), f"{instance.origin}/device/{attr}")
+    return labels, origins

@@ -1,0 +1,190 @@
+"""pci source: NFD's ``pci.device`` instances and ``pci-<devlabel>.*`` labels.
+
+Reads ``/sys/bus/pci/devices/*`` exactly as NFD does (``source/pci/pci.go``): the five
+mandatory ID files, then the optional ``sriov_totalvfs``, ``iommu_group/type`` and
+``iommu/intel-iommu/version``.  On top of NFD's attributes every instance carries what
+device counting and our rules need and NFD leaves out: ``address``, ``driver``,
+``numa_node``, ``iommu_group``, ``revision``, ``sriov_numvfs`` and, for a virtual function,
+``physfn`` (its parent's address).  NodeFeatureRules written for NFD never name those, so
+they still evaluate unchanged.
+
+A device whose mandatory files are missing or malformed is skipped with an error; nothing
+a device directory holds can stop the scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, Instance, SourceResult, nfd_label
+from agent.hostfs import HostFileError, HostFS
+from agent.sources._sysfs import (
+    AttributeReader,
+    MalformedId,
+    canonical_label_fields,
+    device_label,
+    first_whitelisted,
+    hex_digits,
+    is_decimal,
+)
+
+NAME = "pci"
+
+DEVICES = "/sys/bus/pci/devices"
+IOMMU_GROUPS = "/sys/kernel/iommu_groups"
+LABEL_FIELDS = ("class", "vendor", "device", "subsystem_vendor", "subsystem_device")
+"""Valid ``pci_label_fields``, in NFD's canonical label order."""
+DEFAULT_LABEL_FIELDS = ("class", "vendor")
+
+#: mandatory file -> number of hex digits the kernel writes after ``0x``
+_MANDATORY = (("class", 6), ("vendor", 4), ("device", 4), ("subsystem_vendor", 4), ("subsystem_device", 4))
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    """One readable PCI function: its instance, and whether ``sriov_totalvfs`` exists (NFD's
+    ``sriov.capable`` test, which must hold even when the file's value is unusable)."""
+
+    instance: Instance
+    has_sriov_file: bool
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    reader = AttributeReader(host, NAME)
+    if not host.is_dir(DEVICES):
+        return SourceResult(NAME)
+    functions: list[PciFunction] = []
+    for address in reader.listdir(DEVICES):
+        function = read_function(reader, address)
+        if function is not None:
+            functions.append(function)
+    labels, origins = device_labels(reader, functions, config)
+    features = {"device": Feature(instances=[f.instance for f in functions], origin=DEVICES)}
+    return SourceResult(NAME, features, labels, reader.errors, origins)
+
+
+def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
+    """One PCI function, or ``None`` (with an error) if it cannot be trusted.
+
+    Files are read in the resolved ``/sys/devices/...`` directory: it is the path the
+    kernel really exposes (and the one errors should name), and it has no links left to
+    follow, which matters for replaying a recorded tree of hundreds of functions.
+    """
+    host = reader.host
+    entry = f"{DEVICES}/{address}"
+    device_dir = reader.resolve(entry)
+    if device_dir is None:
+        return None
+    if not host.is_dir(device_dir):
+        if host.is_link(entry):
+            reader.error(device_dir, f"device {address} vanished during scan (link target is gone)")
+        else:
+            reader.error(entry, f"{address} is not a device directory; skipped")
+        return None
+
+    attrs: dict[str, str] = {}
+    for name, digits in _MANDATORY:
+        path = f"{device_dir}/{name}"
+        raw = reader.required(path, f"device {address} skipped")
+        if raw is None:
+            return None
+        try:
+            value = hex_digits(raw, digits, prefixed=True)
+        except MalformedId as exc:
+            reader.error(path, f"{exc}; device {address} skipped")
+            return None
+        attrs[name] = value[:4] if name == "class" else value
+
+    has_sriov_file = False
+    try:
+        totalvfs = host.read_attr(f"{device_dir}/sriov_totalvfs")
+        has_sriov_file = totalvfs is not None
+    except HostFileError as exc:
+        totalvfs, has_sriov_file = None, True
+        reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {exc.reason}")
+    if totalvfs:
+        if is_decimal(totalvfs):
+            attrs["sriov_totalvfs"] = totalvfs
+        else:
+            reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
+    attrs.update(iommu_attributes(reader, device_dir))
+    attrs.update(extra_attributes(reader, device_dir, address))
+    return PciFunction(Instance(attrs, device_dir), has_sriov_file)
+
+
+def iommu_attributes(reader: AttributeReader, device_dir: str) -> dict[str, str]:
+    """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version`` (plus our group
+    number); the links are checked first so the common no-IOMMU case costs no failed reads."""
+    attrs: dict[str, str] = {}
+    group = reader.link_name(f"{device_dir}/iommu_group")
+    if group and group.isdigit():
+        # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
+        # spares following the link through the whole device path again
+        group_type = reader.attr(f"{IOMMU_GROUPS}/{group}/type")
+        if group_type:
+            attrs["iommu_group/type"] = group_type
+    if group:
+        attrs["iommu_group"] = group
+    if reader.link_name(f"{device_dir}/iommu"):
+        version = reader.attr(f"{device_dir}/iommu/intel-iommu/version")
+        if version:
+            attrs["iommu/intel-iommu/version"] = version
+    return attrs
+
+
+def extra_attributes(reader: AttributeReader, device_dir: str, address: str) -> dict[str, str]:
+    """Our additions: what a device count or a driver-aware rule needs."""
+    extra = {"address": address}
+    driver = reader.link_name(f"{device_dir}/driver")
+    if driver:
+        extra["driver"] = driver
+    physfn = reader.link_name(f"{device_dir}/physfn")
+    if physfn:
+        extra["physfn"] = physfn
+
+    numa = reader.attr(f"{device_dir}/numa_node")
+    if numa is not None and numa != "-1":
+        if is_decimal(numa):
+            extra["numa_node"] = str(int(numa))
+        else:
+            reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
+    revision = reader.attr(f"{device_dir}/revision")
+    if revision is not None:
+        try:
+            extra["revision"] = hex_digits(revision, 2, prefixed=True)
+        except MalformedId as exc:
+            reader.error(f"{device_dir}/revision", str(exc))
+    numvfs = reader.attr(f"{device_dir}/sriov_numvfs")
+    if numvfs is not None:
+        if is_decimal(numvfs):
+            extra["sriov_numvfs"] = str(int(numvfs))
+        else:
+            reader.error(f"{device_dir}/sriov_numvfs", f"not a VF count: {numvfs[:40]!r}")
+    return extra
+
+
+def device_labels(
+    reader: AttributeReader, functions: list[PciFunction], config: DiscoveryConfig
+) -> tuple[dict[str, str], dict[str, str]]:
+    """NFD's ``pci-<devlabel>.present`` / ``.sriov.capable`` for whitelisted classes."""
+    fields, unknown = canonical_label_fields(config.pci_label_fields, LABEL_FIELDS, DEFAULT_LABEL_FIELDS)
+    for field in unknown:
+        reader.error("", f"unknown pci label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for function in functions:
+        instance = function.instance
+        attrs = instance.attributes
+        if first_whitelisted(attrs["class"], config.pci_class_whitelist) is None:
+            continue
+        devlabel = device_label(attrs, fields)
+        key = nfd_label(NAME, f"{devlabel}.present")
+        labels[key] = "true"
+        origins.setdefault(key, instance.origin)
+        # NFD: the file's existence is enough, its value is not checked
+        if function.has_sriov_file:
+            key = nfd_label(NAME, f"{devlabel}.sriov.capable")
+            labels[key] = "true"
+            origins.setdefault(key, instance.origin)
+    return labels, origins

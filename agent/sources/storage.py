@@ -1,0 +1,51 @@
+"""storage source: NFD's ``storage.block`` instances and ``storage-nonrotationaldisk``.
+
+Reads ``/sys/block/*/queue/{dax,rotational,nr_zones,zoned}`` as ``source/storage/storage.go``
+does.  Like NFD, any block device counts for the label, virtual ones (zram, loop) included.
+Older kernels lack ``dax``/``nr_zones``; a missing queue attribute is simply absent, an
+unreadable one is reported.
+"""
+
+from __future__ import annotations
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, Instance, SourceResult, nfd_label
+from agent.hostfs import HostFS
+from agent.sources._sysfs import AttributeReader
+
+NAME = "storage"
+
+BLOCK = "/sys/block"
+QUEUE_ATTRIBUTES = ("dax", "rotational", "nr_zones", "zoned")
+NONROTATIONAL_LABEL = nfd_label(NAME, "nonrotationaldisk")
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    reader = AttributeReader(host, NAME)
+    if not host.is_dir(BLOCK):
+        return SourceResult(NAME)
+    instances: list[Instance] = []
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for name in reader.listdir(BLOCK):
+        entry = f"{BLOCK}/{name}"
+        origin = reader.resolve(entry)
+        if origin is None:
+            continue
+        if not host.is_dir(entry):
+            reader.error(origin, f"block device {name} vanished during scan")
+            continue
+        attrs = {"name": name}
+        for attr in QUEUE_ATTRIBUTES:
+            value = reader.attr(f"{entry}/queue/{attr}")
+            if value is not None:
+                attrs[attr] = value
+        rotational = attrs.get("rotational")
+        if rotational is not None and rotational not in ("0", "1"):
+            reader.error(f"{entry}/queue/rotational", f"not 0 or 1: {rotational[:40]!r}")
+        if rotational == "0" and NONROTATIONAL_LABEL not in labels:
+            labels[NONROTATIONAL_LABEL] = "true"
+            origins[NONROTATIONAL_LABEL] = f"{origin}/queue/rotational"
+        instances.append(Instance(attrs, origin))
+    features = {"block": Feature(instances=instances, origin=BLOCK)}
+    return SourceResult(NAME, features, labels, reader.errors, origins)

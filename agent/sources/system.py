@@ -1,0 +1,97 @@
+"""system source: NFD's ``system.*`` features and ``system-os_release.*`` labels.
+
+os-release as ``source/system/system.go`` parses it (every ``^\\w+=.+`` line, quotes
+trimmed, plus ``VERSION_ID.major``/``.minor``), the 16 world-readable DMI attributes NFD
+keeps (no serials, no UUID; no label, as in NFD) and the node name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, SourceError, SourceResult, nfd_label
+from agent.hostfs import HostFileError, HostFS
+
+NAME = "system"
+
+OS_RELEASE_PATHS = ("/etc/os-release", "/usr/lib/os-release")
+DMI_DIR = "/sys/devices/virtual/dmi/id"
+DMI_ATTRIBUTES = (
+    "bios_date", "bios_vendor", "bios_version", "board_asset_tag", "board_name", "board_vendor",
+    "board_version", "chassis_asset_tag", "chassis_type", "chassis_vendor", "chassis_version",
+    "product_family", "product_name", "product_sku", "product_version", "sys_vendor",
+)
+LABELLED_KEYS = ("ID", "VERSION_ID", "VERSION_ID.major", "VERSION_ID.minor")
+MAX_OS_RELEASE_BYTES = 64 * 1024
+
+_LINE = re.compile(r"^(\w+)=(.+)")
+_VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\..*)?$")
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """``KEY=value`` lines with surrounding ``"``/``'`` trimmed, plus VERSION_ID.major/.minor."""
+    release: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if match:
+            release[match.group(1)] = match.group(2).strip("\"'")
+    version = _VERSION.match(release.get("VERSION_ID", ""))
+    if version:
+        for part in ("major", "minor"):
+            if version.group(part):
+                release[f"VERSION_ID.{part}"] = version.group(part)
+    return release
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    errors: list[SourceError] = []
+    features: dict[str, Feature] = {}
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+
+    for path in OS_RELEASE_PATHS:
+        try:
+            data = host.read_bytes(path, MAX_OS_RELEASE_BYTES + 1)
+        except HostFileError as exc:
+            if not exc.missing:
+                errors.append(SourceError(NAME, path, f"unreadable: {exc.reason}"))
+            continue
+        if len(data) > MAX_OS_RELEASE_BYTES:
+            errors.append(SourceError(NAME, path, f"larger than {MAX_OS_RELEASE_BYTES} bytes; not an os-release file"))
+            continue
+        if b"\x00" in data:
+            errors.append(SourceError(NAME, path, "binary content (NUL byte)"))
+            continue
+        try:
+            release = parse_os_release(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            errors.append(SourceError(NAME, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
+            continue
+        if not release:
+            errors.append(SourceError(NAME, path, "no KEY=value lines"))
+            continue
+        features["osrelease"] = Feature(attributes=release, origin=path)
+        for key in LABELLED_KEYS:
+            if key in release:
+                labels[nfd_label(NAME, f"os_release.{key}")] = release[key]
+                origins[nfd_label(NAME, f"os_release.{key}")] = path
+        break
+
+    dmi: dict[str, str] = {}
+    for attr in DMI_ATTRIBUTES:
+        path = f"{DMI_DIR}/{attr}"
+        try:
+            value = host.read_attr(path)
+        except HostFileError as exc:
+            errors.append(SourceError(NAME, path, f"unreadable, left out: {exc.reason}"))
+            continue
+        if value is not None:
+            dmi[attr] = value
+    if dmi:
+        features["dmiid"] = Feature(attributes=dmi, origin=DMI_DIR)
+
+    node_name = config.node_name or os.environ.get("NODE_NAME", "")
+    features["name"] = Feature(attributes={"nodename": node_name}, origin="$NODE_NAME")
+    return SourceResult(NAME, features, labels, errors, origins)

@@ -1,0 +1,135 @@
+"""usb source: NFD's ``usb.device`` instances and ``usb-<devlabel>.present`` labels.
+
+Follows ``source/usb/{usb,utils}.go``: every ``/sys/bus/usb/devices/*`` entry with an
+``idProduct`` is a device (root hubs included, interfaces have no ``idProduct``); its
+``bDeviceClass``, ``idVendor``, ``idProduct`` and ``serial`` become ``class``, ``vendor``,
+``device`` and ``serial``, raw sysfs hex without ``0x``.  A device whose class is ``00``
+("defined per interface", e.g. the Coral USB Accelerator before its firmware is loaded)
+yields one instance per ``<devdir>/*/bInterfaceClass`` with ``class`` replaced, duplicates
+kept, exactly as NFD does.
+
+Extra attributes NFD lacks: ``sysfs_name`` (``2-1``), ``busnum``, ``devnum``, ``devpath``,
+``speed``, ``manufacturer``, ``product``; per-interface instances also carry ``interface``
+(``2-1:1.0``) and that interface's bound ``driver``.  A device-level instance carries the
+driver of its first bound interface (the device itself is always bound to ``usb``).
+"""
+
+from __future__ import annotations
+
+from agent.discovery import DiscoveryConfig
+from agent.features import Feature, Instance, SourceResult, nfd_label
+from agent.hostfs import HostFS
+from agent.sources._sysfs import (
+    AttributeReader,
+    MalformedId,
+    canonical_label_fields,
+    device_label,
+    first_whitelisted,
+    hex_digits,
+)
+
+NAME = "usb"
+
+DEVICES = "/sys/bus/usb/devices"
+LABEL_FIELDS = ("class", "vendor", "device", "serial")
+"""Valid ``usb_label_fields``, in NFD's canonical label order."""
+DEFAULT_LABEL_FIELDS = ("class", "vendor", "device")
+_EXTRA_FILES = ("busnum", "devnum", "devpath", "speed", "manufacturer", "product")
+
+
+def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+    reader = AttributeReader(host, NAME)
+    if not host.is_dir(DEVICES):
+        return SourceResult(NAME)
+    instances: list[Instance] = []
+    for name in reader.listdir(DEVICES):
+        entry = f"{DEVICES}/{name}"
+        if not host.exists(f"{entry}/idProduct"):
+            continue  # an interface, or a device that vanished before we looked
+        instances.extend(read_device(reader, name))
+    labels, origins = device_labels(reader, instances, config)
+    features = {"device": Feature(instances=instances, origin=DEVICES)}
+    return SourceResult(NAME, features, labels, reader.errors, origins)
+
+
+def read_device(reader: AttributeReader, name: str) -> list[Instance]:
+    """The instances one USB device yields (none, with an error, if its IDs are bad)."""
+    entry = f"{DEVICES}/{name}"
+    device_dir = reader.resolve(entry)
+    if device_dir is None:
+        return []
+    attrs: dict[str, str] = {}
+    for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
+        if attr == "class":
+            raw = reader.attr(f"{entry}/{file}")
+            if not raw:
+                continue  # NFD: no class attribute, so no class-00 expansion and no label
+        else:
+            raw = reader.required(f"{entry}/{file}", f"USB device {name} skipped")
+            if raw is None:
+                return []
+        try:
+            attrs[attr] = hex_digits(raw, digits, prefixed=False)
+        except MalformedId as exc:
+            reader.error(f"{entry}/{file}", f"{exc}; USB device {name} skipped")
+            return []
+    serial = reader.attr(f"{entry}/serial")
+    if serial:
+        attrs["serial"] = serial
+    attrs["sysfs_name"] = name
+    for file in _EXTRA_FILES:
+        value = reader.attr(f"{entry}/{file}")
+        if value:
+            attrs[file] = value
+
+    interfaces = read_interfaces(reader, entry)
+    if attrs.get("class") != "00":
+        driver = next((drv for _, _, drv in interfaces if drv), None)
+        if driver:
+            attrs["driver"] = driver
+        return [Instance(attrs, device_dir)]
+    expanded = []
+    for iface_name, iface_class, driver in interfaces:
+        if iface_class is None:
+            continue
+        iface_attrs = dict(attrs, **{"class": iface_class, "interface": iface_name})
+        if driver:
+            iface_attrs["driver"] = driver
+        expanded.append(Instance(iface_attrs, f"{device_dir}/{iface_name}"))
+    return expanded
+
+
+def read_interfaces(reader: AttributeReader, entry: str) -> list[tuple[str, str | None, str | None]]:
+    """``(name, bInterfaceClass or None if bad, bound driver)`` per ``<devdir>/*/bInterfaceClass``."""
+    found = []
+    for child in reader.listdir(entry):
+        path = f"{entry}/{child}/bInterfaceClass"
+        if not reader.host.exists(path):
+            continue
+        raw = reader.attr(path)
+        iface_class = None
+        if raw is not None:
+            try:
+                iface_class = hex_digits(raw, 2, prefixed=False)
+            except MalformedId as exc:
+                reader.error(path, f"{exc}; interface skipped")
+        found.append((child, iface_class, reader.link_name(f"{entry}/{child}/driver")))
+    return found
+
+
+def device_labels(
+    reader: AttributeReader, instances: list[Instance], config: DiscoveryConfig
+) -> tuple[dict[str, str], dict[str, str]]:
+    """NFD's ``usb-<devlabel>.present`` for instances whose class is whitelisted."""
+    fields, unknown = canonical_label_fields(config.usb_label_fields, LABEL_FIELDS, DEFAULT_LABEL_FIELDS)
+    for field in unknown:
+        reader.error("", f"unknown usb label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
+    labels: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    for instance in instances:
+        if first_whitelisted(instance.attributes.get("class", ""), config.usb_class_whitelist) is None:
+            continue
+        key = nfd_label(NAME, f"{device_label(instance.attributes, fields)}.present")
+        labels[key] = "true"
+        origins.setdefault(key, instance.origin)
+    return labels, origins

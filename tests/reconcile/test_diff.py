@@ -1,0 +1,260 @@
+"""The pure diff: only what we own changes; foreign items are never touched; restart = no writes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from agent.desired import (
+    ANNOTATION_OWNED_ANNOTATIONS,
+    ANNOTATION_OWNED_LABELS,
+    ANNOTATION_OWNED_RESOURCES,
+    ANNOTATION_OWNED_TAINTS,
+    DesiredNodeState,
+    Taint,
+)
+from agent.reconcile.diff import escape_pointer, plan_node_changes
+from agent.reconcile.model import LiveNode, NodePlan
+from tests.reconcile.nodes import apply_json, apply_merge, node
+
+EDGETPU = "accelerators/edgetpu"
+PCI = "feature.node.kubernetes.io/pci-0300_10de.present"
+
+
+def diff(obj, desired, **kw) -> NodePlan:
+    return plan_node_changes(LiveNode.from_dict(obj), desired, **kw)
+
+
+def converge(obj, desired, max_steps=5, **kw):
+    """Apply plans the way the reconciler does until the plan is empty; returns (node, writes)."""
+    writes = 0
+    for _ in range(max_steps):
+        plan = diff(obj, desired, **kw)
+        if plan.empty:
+            return obj, writes
+        if plan.status_ops and (plan.status_first or not plan.metadata_patch):
+            obj = apply_json(obj, plan.status_ops)
+        else:
+            obj = apply_merge(obj, plan.metadata_patch)
+        writes += 1
+    raise AssertionError(f"no convergence: {diff(obj, desired, **kw)}")
+
+
+def test_fresh_node_gets_labels_and_record_in_one_merge_patch():
+    plan = diff(node({"kubernetes.io/hostname": "node-a"}), DesiredNodeState(labels={EDGETPU: "true", PCI: "true"}))
+    assert plan.metadata_patch == {"metadata": {
+        "labels": {EDGETPU: "true", PCI: "true"},
+        "annotations": {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{PCI}"},
+    }}
+    assert plan.status_ops == ()
+    assert [str(c) for c in plan.changes][:2] == [f"added label {EDGETPU}=true", f"added label {PCI}=true"]
+
+
+def test_unchanged_node_needs_no_write():
+    desired = DesiredNodeState(labels={EDGETPU: "true"}, extended_resources={"google.com/edgetpu": "2"},
+                               taints=(Taint("example.com/tpu", "NoSchedule", "true"),), annotations={"example.com/n": "x"})
+    obj, writes = converge(node({"kubernetes.io/hostname": "a"}, capacity={"cpu": "4"}, allocatable={"cpu": "4"}), desired)
+    assert writes == 2  # metadata (labels, taint, annotation, records) + status (resources)
+    assert diff(obj, desired).empty
+
+
+def test_foreign_label_with_other_value_is_a_clash_and_untouched():
+    plan = diff(node({EDGETPU: "false"}), DesiredNodeState(labels={EDGETPU: "true"}))
+    assert plan.empty
+    assert [(c.kind, c.key, c.wanted, c.found) for c in plan.clashes] == [("label", EDGETPU, "true", "false")]
+
+
+def test_foreign_label_with_our_value_is_left_alone_and_not_adopted():
+    plan = diff(node({EDGETPU: "true"}), DesiredNodeState(labels={EDGETPU: "true"}))
+    assert plan.empty and plan.clashes == ()
+    # and since it is not ours, no longer wanting it does not remove it
+    assert diff(node({EDGETPU: "true"}), DesiredNodeState()).empty
+
+
+def test_owned_label_no_longer_wanted_is_removed_with_its_record_entry_atomically():
+    obj = node({EDGETPU: "true", "other.io/x": "1"}, {ANNOTATION_OWNED_LABELS: EDGETPU})
+    plan = diff(obj, DesiredNodeState())
+    assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: None}, "annotations": {ANNOTATION_OWNED_LABELS: None}}}
+
+
+def test_owned_label_value_changed_by_someone_is_put_back():
+    obj = node({EDGETPU: "false"}, {ANNOTATION_OWNED_LABELS: EDGETPU})
+    plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true"}))
+    assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: "true"}}}
+    assert str(plan.changes[0]) == f"changed label {EDGETPU} from 'false' to 'true'"
+
+
+def test_owned_label_already_gone_only_shrinks_the_record():
+    obj = node({}, {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{PCI}"})
+    plan = diff(obj, DesiredNodeState(labels={PCI: "true"}))
+    assert plan.metadata_patch == {"metadata": {"labels": {PCI: "true"}, "annotations": {ANNOTATION_OWNED_LABELS: PCI}}}
+
+
+def test_record_formatting_is_compared_exactly():
+    obj = node({EDGETPU: "true", PCI: "true"}, {ANNOTATION_OWNED_LABELS: f"{PCI},{EDGETPU}"})  # unsorted by hand
+    plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true", PCI: "true"}))
+    assert plan.metadata_patch == {"metadata": {"annotations": {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{PCI}"}}}
+    assert [str(c) for c in plan.changes] == [f"updated ownership record {ANNOTATION_OWNED_LABELS}"]
+
+
+def test_foreign_taints_are_kept_verbatim_and_the_precondition_is_sent():
+    foreign = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2024-01-01T00:00:00Z"}
+    obj = node(taints=[foreign], rv="42")
+    plan = diff(obj, DesiredNodeState(taints=(Taint("example.com/tpu", "NoSchedule", "true"),)))
+    assert plan.metadata_patch["spec"] == {"taints": [foreign, {"key": "example.com/tpu", "effect": "NoSchedule", "value": "true"}]}
+    assert plan.metadata_patch["metadata"]["resourceVersion"] == "42"
+    assert plan.metadata_patch["metadata"]["annotations"] == {ANNOTATION_OWNED_TAINTS: "example.com/tpu=true:NoSchedule"}
+
+
+def test_owned_taint_removed_foreign_same_key_other_effect_kept():
+    ours = {"key": "example.com/tpu", "effect": "NoSchedule", "value": "true"}
+    theirs = {"key": "example.com/tpu", "effect": "NoExecute"}
+    obj = node(annotations={ANNOTATION_OWNED_TAINTS: "example.com/tpu=true:NoSchedule"}, taints=[ours, theirs])
+    plan = diff(obj, DesiredNodeState())
+    assert plan.metadata_patch["spec"] == {"taints": [theirs]}
+    assert plan.metadata_patch["metadata"]["annotations"] == {ANNOTATION_OWNED_TAINTS: None}
+
+
+def test_foreign_taint_with_other_value_is_a_clash():
+    obj = node(taints=[{"key": "example.com/tpu", "effect": "NoSchedule", "value": "admin"}])
+    plan = diff(obj, DesiredNodeState(taints=(Taint("example.com/tpu", "NoSchedule", "true"),)))
+    assert plan.empty and plan.clashes[0].key == "example.com/tpu:NoSchedule"
+
+
+def test_startup_taint_removed_only_when_asked():
+    startup = {"key": "example.com/unlabelled", "effect": "NoSchedule"}
+    obj = node(taints=[startup, {"key": "x.io/keep", "effect": "NoSchedule"}])
+    assert diff(obj, DesiredNodeState()).empty
+    plan = diff(obj, DesiredNodeState(), remove_foreign_taints={("example.com/unlabelled", "NoSchedule")})
+    assert plan.metadata_patch["spec"] == {"taints": [{"key": "x.io/keep", "effect": "NoSchedule"}]}
+    assert "startup taint" in str(plan.changes[0])
+
+
+def test_resources_are_recorded_before_they_are_written():
+    obj = node(capacity={"cpu": "4"}, allocatable={"cpu": "4"})
+    plan = diff(obj, DesiredNodeState(extended_resources={"google.com/edgetpu": "2"}))
+    assert not plan.status_first
+    assert plan.metadata_patch == {"metadata": {"annotations": {ANNOTATION_OWNED_RESOURCES: "google.com/edgetpu"}}}
+    assert plan.status_ops == (
+        {"op": "add", "path": "/status/capacity/google.com~1edgetpu", "value": "2"},
+        {"op": "add", "path": "/status/allocatable/google.com~1edgetpu", "value": "2"},
+    )
+
+
+def test_capacity_zeroed_by_kubelet_is_restored_in_one_status_write():
+    obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "google.com/edgetpu"},
+               capacity={"cpu": "4", "google.com/edgetpu": "0"}, allocatable={"cpu": "4", "google.com/edgetpu": "0"})
+    plan = diff(obj, DesiredNodeState(extended_resources={"google.com/edgetpu": "2"}))
+    assert plan.metadata_patch is None and plan.status_first
+    assert plan.changes[0].action == "restore"
+    assert "restored extended resource google.com/edgetpu to 2" in str(plan.changes[0])
+
+
+def test_removed_resource_stays_recorded_until_confirmed_gone():
+    obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "example.com/a,example.com/b"},
+               capacity={"example.com/a": "1"}, allocatable={"example.com/a": "1"})
+    plan = diff(obj, DesiredNodeState())
+    # b is already gone: dropped from the record; a is removed first, its record entry stays
+    assert plan.status_first
+    assert plan.status_ops == ({"op": "remove", "path": "/status/capacity/example.com~1a"},
+                               {"op": "remove", "path": "/status/allocatable/example.com~1a"})
+    assert plan.metadata_patch == {"metadata": {"annotations": {ANNOTATION_OWNED_RESOURCES: "example.com/a"}}}
+    obj, writes = converge(obj, DesiredNodeState())
+    assert writes == 2 and ANNOTATION_OWNED_RESOURCES not in obj["metadata"]["annotations"]
+
+
+def test_removal_only_of_keys_present():
+    obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "example.com/a"}, capacity={"example.com/a": "1"}, allocatable={})
+    assert diff(obj, DesiredNodeState()).status_ops == ({"op": "remove", "path": "/status/capacity/example.com~1a"},)
+
+
+def test_missing_capacity_map_is_created_first():
+    obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "example.com/a"}, status=False)
+    ops = diff(obj, DesiredNodeState(extended_resources={"example.com/a": "1"})).status_ops
+    assert [op["path"] for op in ops] == ["/status", "/status/capacity", "/status/allocatable",
+                                          "/status/capacity/example.com~1a", "/status/allocatable/example.com~1a"]
+    assert apply_json(obj, ops)["status"] == {"capacity": {"example.com/a": "1"}, "allocatable": {"example.com/a": "1"}}
+
+
+def test_foreign_resource_is_never_touched():
+    obj = node(capacity={"nvidia.com/gpu": "8"}, allocatable={"nvidia.com/gpu": "8"})
+    plan = diff(obj, DesiredNodeState(extended_resources={"nvidia.com/gpu": "4"}))
+    assert plan.empty and plan.clashes[0].found == "8"
+
+
+def test_canonical_quantity_spelling_is_not_a_change():
+    obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "example.com/a"},
+               capacity={"example.com/a": "1k"}, allocatable={"example.com/a": "1k"})
+    assert diff(obj, DesiredNodeState(extended_resources={"example.com/a": "1000"})).empty
+
+
+def test_escape_pointer():
+    assert escape_pointer("example.com/a~b") == "example.com~1a~0b"
+
+
+def test_rule_annotations_owned_like_labels():
+    obj = node(annotations={"example.com/n": "theirs"})
+    plan = diff(obj, DesiredNodeState(annotations={"example.com/n": "ours", "example.com/m": "ours"}))
+    assert plan.metadata_patch == {"metadata": {"annotations": {"example.com/m": "ours", ANNOTATION_OWNED_ANNOTATIONS: "example.com/m"}}}
+    assert plan.clashes[0].key == "example.com/n"
+
+
+def test_invalid_and_reserved_items_are_refused_not_sent():
+    desired = DesiredNodeState(labels={"bad key": "x", "node-restriction.kubernetes.io/x": "y", EDGETPU: "not valid!"},
+                               extended_resources={"example.com/a": "1500m", "kubernetes.io/x": "1"},
+                               taints=(Taint("a.io/t", "Sometimes"),),
+                               annotations={ANNOTATION_OWNED_LABELS: "hijack"})
+    plan = diff(node(), desired)
+    assert plan.empty
+    assert len(plan.refused) == 7
+
+
+def test_skip_leaves_an_item_exactly_as_it_is():
+    obj = node({EDGETPU: "old"}, {ANNOTATION_OWNED_LABELS: EDGETPU})
+    assert diff(obj, DesiredNodeState(labels={EDGETPU: "new"}), skip={("label", EDGETPU)}).empty
+    assert diff(obj, DesiredNodeState(), skip={("label", EDGETPU)}).empty
+
+
+def test_junk_in_the_record_is_reported_and_rewritten():
+    obj = node({EDGETPU: "true"}, {ANNOTATION_OWNED_LABELS: f"{EDGETPU},not a key"})
+    plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true"}))
+    assert plan.metadata_patch == {"metadata": {"annotations": {ANNOTATION_OWNED_LABELS: EDGETPU}}}
+    assert "not a key" in plan.refused[0].reason
+
+
+# --- property: whatever the node holds, we converge, and never touch foreign items ------------
+keys = st.sampled_from(["a.io/x", "a.io/y", "b.io/z", EDGETPU, PCI])
+values = st.sampled_from(["true", "false", "1"])
+resources = st.sampled_from(["example.com/a", "example.com/b", "nvidia.com/gpu"])
+counts = st.sampled_from(["0", "1", "4"])
+taints = st.builds(Taint, key=st.sampled_from(["t.io/a", "t.io/b"]), effect=st.sampled_from(["NoSchedule", "NoExecute"]),
+                   value=st.sampled_from(["", "v"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(foreign=st.dictionaries(keys, values, max_size=3), ours_before=st.dictionaries(keys, values, max_size=3),
+       want=st.dictionaries(keys, values, max_size=4), foreign_res=st.dictionaries(resources, counts, max_size=1),
+       want_res=st.dictionaries(resources, counts, max_size=2), foreign_taints=st.lists(taints, max_size=2),
+       want_taints=st.lists(taints, max_size=2))
+def test_converges_and_never_touches_foreign(foreign, ours_before, want, foreign_res, want_res, foreign_taints, want_taints):
+    ours_before = {k: v for k, v in ours_before.items() if k not in foreign}
+    start = node({**foreign, **ours_before}, capacity=dict(foreign_res), allocatable=dict(foreign_res),
+                 taints=[t.to_json() for t in {t.identity: t for t in foreign_taints}.values()])
+    start["metadata"]["annotations"][ANNOTATION_OWNED_LABELS] = ",".join(sorted(ours_before))
+    desired = DesiredNodeState(labels=want, extended_resources=want_res, taints=tuple({t.identity: t for t in want_taints}.values()))
+    end, writes = converge(start, desired)
+    assert writes <= 3
+    labels = end["metadata"]["labels"]
+    for key, value in foreign.items():
+        assert labels.get(key) == value
+    for key, value in want.items():
+        if key not in foreign:
+            assert labels[key] == value
+    for key in ours_before:
+        if key not in want:
+            assert key not in labels
+    for name, count in foreign_res.items():
+        assert end["status"]["capacity"][name] == count
+    for taint in foreign_taints:
+        assert any(t["key"] == taint.key and t["effect"] == taint.effect for t in end["spec"].get("taints", []))
+    # a restarted agent sees nothing to do
+    assert diff(end, desired).empty

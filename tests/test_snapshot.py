@@ -1,0 +1,180 @@
+"""``snapshot`` records what discovery read so ``discover --host-root SNAPSHOT`` replays it exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from agent.discovery import DiscoveryConfig, discover
+from agent.hostfs import HostFS
+from agent.snapshot import NOTES_NAME, SnapshotError, take_snapshot
+from tests.conftest import FIXTURES
+
+CONFIG = DiscoveryConfig(node_name="snapshot-test-node")
+FIXTURE_CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
+CLI = [sys.executable, "-m", "agent"]
+
+
+def replay(tree: Path):
+    return discover(HostFS(tree), CONFIG)
+
+
+def assert_same_discovery(original, replayed) -> None:
+    assert replayed.labels == original.labels
+    assert replayed.to_json()["features"] == original.to_json()["features"]
+
+
+def build_tree(root: Path) -> Path:
+    """A tiny host: NUMA links (relative and absolute), hugepages, meminfo, os-release, DMI."""
+    nodes = root / "sys/devices/system/node"
+    for n in ("node0", "node1"):
+        (nodes / n).mkdir(parents=True)
+        (nodes / n / "meminfo").write_text("Node 0 MemTotal: 1 kB -- never read by discovery\n")
+    bus = root / "sys/bus/node/devices"
+    bus.mkdir(parents=True)
+    os.symlink("../../../devices/system/node/node0", bus / "node0")
+    os.symlink("/sys/devices/system/node/node1", bus / "node1")  # absolute: re-rooted on replay
+    pool = root / "sys/kernel/mm/hugepages/hugepages-2048kB"
+    pool.mkdir(parents=True)
+    (pool / "nr_hugepages").write_text("4\n")
+    (pool / "free_hugepages").write_text("4\n")
+    (root / "sys/kernel/mm/hugepages/README").write_text("not a pool, never read\n")
+    (root / "proc").mkdir()
+    (root / "proc/meminfo").write_text("MemTotal:       16318412 kB\nMemFree:         1000000 kB\n")
+    (root / "proc/swaps").write_text("Filename\tType\tSize\tUsed\tPriority\n/swap.img file 8388604 0 -2\n")
+    (root / "etc").mkdir()
+    (root / "etc/os-release").write_text('NAME="Ubuntu"\nID=ubuntu\nVERSION_ID="22.04"\n')
+    dmi = root / "sys/devices/virtual/dmi/id"
+    dmi.mkdir(parents=True)
+    (dmi / "sys_vendor").write_text("Dell Inc.\n")
+    (dmi / "product_name").write_text("PowerEdge R750\n")
+    return root
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    return build_tree(tmp_path / "host")
+
+
+def test_tiny_tree_round_trip_keeps_links_and_only_what_was_used(tree, tmp_path):
+    out = tmp_path / "snap"
+    result = take_snapshot(out, tree, CONFIG)
+    assert result.discovery.features["memory.numa"].attributes["node_count"] == "2"
+    assert_same_discovery(result.discovery, replay(out))
+    assert replay(out).errors == result.discovery.errors
+
+    assert os.readlink(out / "sys/bus/node/devices/node0") == "../../../devices/system/node/node0"
+    assert os.readlink(out / "sys/bus/node/devices/node1") == "/sys/devices/system/node/node1"
+    assert (out / "sys/devices/system/node/node1").is_dir()
+    assert not (out / "sys/devices/system/node/node0/meminfo").exists(), "a file nobody read was copied"
+    assert (out / "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").read_text() == "4\n"
+    # listed but never read: present (listings replay) yet empty (no data copied)
+    assert (out / "sys/kernel/mm/hugepages/README").read_bytes() == b""
+    assert (out / "proc/meminfo").read_text().startswith("MemTotal:       16318412 kB")
+    assert "every path discovery used was recorded" in (out / NOTES_NAME).read_text()
+
+
+def test_unreadable_and_binary_files_are_skipped_with_a_note(tree, tmp_path):
+    (tree / "proc/swaps").unlink()
+    (tree / "proc/swaps").mkdir()  # EISDIR: unreadable where a file is expected
+    (tree / "sys/devices/virtual/dmi/id/product_name").write_bytes(b"\x00\xffPowerEdge\x00junk")
+    out = tmp_path / "snap"
+    result = take_snapshot(out, tree, CONFIG)
+
+    notes = (out / NOTES_NAME).read_text()
+    assert "/proc/swaps: skipped:" in notes
+    assert "/sys/devices/virtual/dmi/id/product_name: skipped: binary content" in notes
+    assert not (out / "sys/devices/virtual/dmi/id/product_name").exists()
+    assert (out / "sys/devices/virtual/dmi/id/sys_vendor").read_text() == "Dell Inc.\n"
+    assert len(result.notes) == 2
+    assert any(e.path == "/proc/swaps" for e in result.discovery.errors)
+    assert_same_discovery(result.discovery, replay(out))
+
+
+def test_symlink_loops_are_recorded_without_hanging(tree, tmp_path):
+    shutil.rmtree(tree / "sys/devices/virtual/dmi")
+    os.symlink("dmi", tree / "sys/devices/virtual/dmi")  # read through: /sys/devices/virtual/dmi/id/*
+    os.symlink("node2", tree / "sys/bus/node/devices/node2")  # a looping entry of a listed directory
+    out = tmp_path / "snap"
+    # in a child process with a generous guard, so a hang fails the test instead of the run
+    done = subprocess.run(
+        CLI + ["--log-level", "error", "snapshot", "--sources", "memory,system", "--host-root", str(tree), "--output", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = (out / NOTES_NAME).read_text()
+    assert "symlink loop" in notes
+    assert os.readlink(out / "sys/devices/virtual/dmi") == "dmi"
+    assert os.readlink(out / "sys/bus/node/devices/node2") == "node2"
+    original = discover(HostFS(tree), CONFIG, ["memory", "system"])
+    replayed = discover(HostFS(out), CONFIG, ["memory", "system"])
+    assert replayed.features["memory.numa"].attributes["node_count"] == "3"
+    assert_same_discovery(original, replayed)
+
+
+def test_tar_gz_round_trip_preserves_symlinks(tree, tmp_path):
+    archive = tmp_path / "host.tar.gz"
+    result = take_snapshot(archive, tree, CONFIG)
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert members["sys/bus/node/devices/node1"].issym()
+        assert members["sys/bus/node/devices/node1"].linkname == "/sys/devices/system/node/node1"
+        assert NOTES_NAME in members
+        assert all(m.uid == 0 and not m.name.startswith("/") for m in members.values())
+        extracted = tmp_path / "extracted"
+        tar.extractall(extracted, filter="tar")  # "data" would refuse the absolute link
+    assert_same_discovery(result.discovery, replay(extracted))
+
+
+def test_output_must_be_new_or_empty(tree, tmp_path):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "keep-me").write_text("x")
+    with pytest.raises(SnapshotError):
+        take_snapshot(out, tree, CONFIG)
+    assert (out / "keep-me").read_text() == "x"
+
+
+@pytest.mark.parametrize("case", FIXTURE_CASES)
+def test_fixture_round_trip(case, tmp_path):
+    out = tmp_path / case
+    result = take_snapshot(out, FIXTURES / case, CONFIG)
+    replayed = replay(out)
+    assert_same_discovery(result.discovery, replayed)
+    assert replayed.errors == result.discovery.errors
+    # and it equals a plain discovery of the fixture, not just the recording run
+    assert_same_discovery(discover(HostFS(FIXTURES / case), CONFIG), replayed)
+
+
+def test_this_machine_round_trip(tmp_path):
+    out = tmp_path / "live"
+    result = take_snapshot(out, "/", CONFIG)
+    replayed = replay(out)
+    assert_same_discovery(result.discovery, replayed)
+    assert result.discovery.labels, "live discovery found nothing at all"
+    facts = out / ".node-feature-agent/cpu-live.json"
+    assert isinstance(json.loads(facts.read_text()), dict)
+
+
+def test_cli_writes_a_snapshot_that_discover_replays(tmp_path):
+    case = FIXTURE_CASES[0] if FIXTURE_CASES else None
+    if case is None:
+        pytest.skip("no fixtures under fixtures/sysfs yet")
+    out = tmp_path / "cli.tgz"
+    run = lambda *a: subprocess.run(CLI + ["--log-level", "error", *a], capture_output=True, text=True, timeout=300)  # noqa: E731
+    made = run("snapshot", "--host-root", str(FIXTURES / case), "--output", str(out))
+    assert made.returncode == 0, made.stderr
+    assert "snapshot of" in made.stdout
+    extracted = tmp_path / "x"
+    with tarfile.open(out) as tar:
+        tar.extractall(extracted, filter="tar")
+    a = json.loads(run("discover", "--host-root", str(FIXTURES / case)).stdout)
+    b = json.loads(run("discover", "--host-root", str(extracted)).stdout)
+    assert a == b
