@@ -45,13 +45,17 @@ class HostFS:
     def __init__(self, root: str | os.PathLike[str] = "/", recorder: Callable[[str], None] | None = None):
         self.root = Path(os.path.abspath(os.fspath(root)))
         self._recorder = recorder
-        self._dir_cache: dict[str, Path] = {}
+        # Plain strings, not pathlib objects: discovery maps tens of thousands of paths per pass
+        # and pathlib's parsing was most of its cost (bench/discovery.py).
+        self._prefix = "" if str(self.root) == "/" else str(self.root)
+        #: host path -> host path with every symlink followed; valid for one discovery pass
+        self._resolved: dict[str, str] = {}
 
     # -- path mapping -----------------------------------------------------------------
     @property
     def is_live(self) -> bool:
         """True when the seam reads the real host ``/`` (live-only probes are allowed)."""
-        return str(self.root) == "/"
+        return not self._prefix
 
     @staticmethod
     def _normalise(host_path: str) -> str:
@@ -59,34 +63,34 @@ class HostFS:
             host_path = "/" + host_path
         return posixpath.normpath(host_path)
 
+    def _under_root(self, norm: str) -> str:
+        """Real path of a normalised host path, no symlinks followed."""
+        if norm == "/":
+            return self._prefix or "/"
+        return self._prefix + norm
+
     def path(self, host_path: str) -> Path:
         """The real path of ``host_path`` under the root (no symlinks followed)."""
-        norm = self._normalise(host_path)
-        return self.root / norm.lstrip("/") if norm != "/" else self.root
+        return Path(self._under_root(self._normalise(host_path)))
 
     def clear_cache(self) -> None:
-        """Forget resolved directories; call before each discovery pass (devices come and go)."""
-        self._dir_cache.clear()
+        """Forget resolved paths; call before each discovery pass (devices come and go)."""
+        self._resolved.clear()
 
     def real_path(self, host_path: str) -> Path:
-        """The real path to open for ``host_path``, every symlink followed *inside* the root.
+        """The real path to open for ``host_path``, every symlink followed *inside* the root."""
+        return Path(self._real(self._normalise(host_path)))
 
-        On the live host (root ``/``) this is the path itself.  Under any other root the parent
-        directory is resolved once (cached until :meth:`clear_cache`) and a symlinked leaf is
-        resolved too, so an absolute link never reaches out to the machine running the tests.
+    def _real(self, norm: str) -> str:
+        """:meth:`real_path` on a normalised path, as a string.
+
+        On the live host (root ``/``) the kernel follows links itself.  Under any other root the
+        whole path is resolved by :meth:`resolve` (cached per prefix), so an absolute link never
+        reaches out to the machine running the tests.
         """
-        norm = self._normalise(host_path)
-        if self.is_live:
-            return Path(norm)
-        directory, leaf = posixpath.split(norm)
-        real_dir = self._dir_cache.get(directory)
-        if real_dir is None:
-            real_dir = self.path(self.resolve(directory))
-            self._dir_cache[directory] = real_dir
-        real = real_dir / leaf if leaf else real_dir
-        if os.path.islink(real):
-            real = self.path(self.resolve(norm))
-        return real
+        if not self._prefix:
+            return norm
+        return self._under_root(self._resolve_norm(norm, [0]))
 
     def resolve(self, host_path: str) -> str:
         """Host-absolute path of ``host_path`` with every symlink followed inside the root.
@@ -95,29 +99,40 @@ class HostFS:
         root, so ``/sys/bus/pci/devices/X -> ../../../devices/pci0000:00/X`` works the same in a
         fixture as on the machine.  Dangling links resolve to their (missing) target.
         """
-        parts = [p for p in self._normalise(host_path).split("/") if p]
-        resolved: list[str] = []
-        hops = 0
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                if resolved:
-                    resolved.pop()
-                continue
-            candidate = "/" + "/".join(resolved + [part])
-            real = self.path(candidate)
-            if os.path.islink(real):
-                hops += 1
-                if hops > _MAX_LINK_HOPS:
-                    raise HostFileError(host_path, "too many levels of symbolic links")
-                self._record(candidate)
-                target = os.readlink(real)
-                if target.startswith("/"):
-                    resolved = []
-                parts = [p for p in target.split("/") if p and p != "."] + parts
-            else:
-                resolved.append(part)
-        return "/" + "/".join(resolved)
+        return self._resolve_norm(self._normalise(host_path), [0])
+
+    def _resolve_norm(self, norm: str, hops: list[int]) -> str:
+        """Resolve a normalised path: its parent (cached), then its leaf if that is a link.
+
+        ``..`` in a link target steps up from the *resolved* directory, as the kernel does;
+        ``hops`` counts links followed across the whole walk to stop loops."""
+        if norm == "/":
+            return "/"
+        cached = self._resolved.get(norm)
+        if cached is not None:
+            return cached
+        parent, leaf = posixpath.split(norm)
+        current = self._resolve_norm(parent, hops)
+        candidate = (current if current != "/" else "") + "/" + leaf
+        real = self._under_root(candidate)
+        if os.path.islink(real):
+            hops[0] += 1
+            if hops[0] > _MAX_LINK_HOPS:
+                raise HostFileError(norm, "too many levels of symbolic links")
+            self._record(candidate)
+            target = os.readlink(real)
+            current = "/" if target.startswith("/") else current
+            for part in target.split("/"):
+                if not part or part == ".":
+                    continue
+                if part == "..":
+                    current = posixpath.dirname(current)
+                else:
+                    current = self._resolve_norm((current if current != "/" else "") + "/" + part, hops)
+        else:
+            current = candidate
+        self._resolved[norm] = current
+        return current
 
     # -- reads --------------------------------------------------------------------------
     def _record(self, host_path: str) -> None:
@@ -128,7 +143,7 @@ class HostFS:
         """Raw content (at most ``max_bytes``); :class:`HostFileError` on any failure."""
         self._record(host_path)
         try:
-            with open(self.real_path(host_path), "rb") as handle:
+            with open(self._real(self._normalise(host_path)), "rb") as handle:
                 return handle.read(max_bytes)
         except OSError as exc:
             missing = exc.errno in _GONE_ERRNOS
@@ -165,7 +180,7 @@ class HostFS:
         """
         self._record(host_path)
         try:
-            return sorted(os.listdir(self.real_path(host_path)))
+            return sorted(os.listdir(self._real(self._normalise(host_path))))
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENODEV):
                 return []
@@ -180,21 +195,21 @@ class HostFS:
         """True when the path (or a dangling link at it) exists."""
         self._record(host_path)
         try:
-            return os.path.lexists(self.real_path(host_path))
+            return os.path.lexists(self._real(self._normalise(host_path)))
         except HostFileError:
             return False
 
     def is_dir(self, host_path: str) -> bool:
         self._record(host_path)  # a kind test decides what discovery does: snapshot must keep it
         try:
-            return os.path.isdir(self.real_path(host_path))
+            return os.path.isdir(self._real(self._normalise(host_path)))
         except HostFileError:
             return False
 
     def is_file(self, host_path: str) -> bool:
         self._record(host_path)
         try:
-            return os.path.isfile(self.real_path(host_path))
+            return os.path.isfile(self._real(self._normalise(host_path)))
         except HostFileError:
             return False
 
@@ -204,7 +219,7 @@ class HostFS:
         self._record(norm)
         directory, leaf = posixpath.split(norm)
         try:
-            return os.path.islink(self.real_path(directory) / leaf)
+            return os.path.islink(self._real(directory).rstrip("/") + "/" + leaf)
         except HostFileError:
             return False
 
@@ -213,7 +228,7 @@ class HostFS:
         self._record(host_path)
         directory, leaf = posixpath.split(self._normalise(host_path))
         try:
-            return os.readlink(self.real_path(directory) / leaf)
+            return os.readlink(self._real(directory).rstrip("/") + "/" + leaf)
         except OSError:
             return None
 
