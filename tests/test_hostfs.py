@@ -74,3 +74,39 @@ def test_recorder_sees_every_path_read(tree):
 def test_glob_last_component(tree):
     host = HostFS(tree)
     assert host.glob("/sys/bus/pci/devices/0000:*") == ["/sys/bus/pci/devices/0000:00:02.0"]
+
+
+def test_dotdot_after_a_link_steps_up_from_the_link_target_as_the_kernel_does(tmp_path):
+    # /sys/class/net/eth0 -> ../../devices/pci0000:00/0000:00:03.0/net/eth0, and
+    # eth0/device -> ../../../0000:00:03.0: ".." must walk the *target's* parents.
+    device = tmp_path / "sys/devices/pci0000:00/0000:00:03.0"
+    (device / "net/eth0").mkdir(parents=True)
+    (device / "vendor").write_text("0x8086\n")
+    (tmp_path / "sys/class/net").mkdir(parents=True)
+    os.symlink("../../devices/pci0000:00/0000:00:03.0/net/eth0", tmp_path / "sys/class/net/eth0")
+    os.symlink("../../../0000:00:03.0", device / "net/eth0/device")
+    host = HostFS(tmp_path)
+    assert host.resolve("/sys/class/net/eth0/device") == "/sys/devices/pci0000:00/0000:00:03.0"
+    assert host.read_attr("/sys/class/net/eth0/device/vendor") == "0x8086"
+
+
+def test_symlink_loops_are_an_error_not_a_hang(tmp_path):
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    host = HostFS(tmp_path)
+    with pytest.raises(HostFileError, match="too many levels"):
+        host.resolve("/a/x")
+    assert host.exists("/a/x") is False
+
+
+def test_clear_cache_sees_devices_that_moved(tmp_path):
+    (tmp_path / "devices/one").mkdir(parents=True)
+    (tmp_path / "devices/two").mkdir(parents=True)
+    (tmp_path / "devices/two/serial").write_text("2\n")
+    os.symlink("devices/one", tmp_path / "current")
+    host = HostFS(tmp_path)
+    assert host.read_attr("/current/serial") is None
+    os.remove(tmp_path / "current")
+    os.symlink("devices/two", tmp_path / "current")
+    host.clear_cache()
+    assert host.read_attr("/current/serial") == "2"
