@@ -3,7 +3,10 @@
 
 ConfigMap keys cannot contain ``/`` but the catalogue is a tree (``labels/<namespace>/<name>``),
 so every file gets a flat key (``accelerators/edgetpu`` -> ``accelerators.edgetpu``) and the
-DaemonSet's configMap volume maps each key back to its path with ``items:``.  Both blocks live
+DaemonSet's configMap volume maps each key back to its path with ``items:``.  The agent also
+reads the flat form directly (a ConfigMap mounted without ``items:``): a label file's flat
+key splits at its *last* dot (``agent/rules/label_files.py``), so a label file whose name
+holds a dot would read back as a different label and is refused here.  Both blocks live
 in ``daemonset.yaml`` between ``# BEGIN GENERATED: <block>`` / ``# END GENERATED: <block>``
 markers; ``tests/test_manifests.py`` fails when they drift from ``labels/``.
 
@@ -51,6 +54,17 @@ def config_map_key(relative_path: str) -> str:
     return _KEY_UNSAFE.sub("-", relative_path.replace("/", "."))
 
 
+_DOC_SUFFIXES = (".md", ".txt", ".rst")
+_DOC_PREFIXES = ("readme", "license", "notice", "owners", "changelog")
+
+
+def is_label_file(relative_path: str) -> bool:
+    """``<namespace>/<name>`` that is neither YAML nor documentation (the agent's loader rule)."""
+    parts = relative_path.split("/")
+    name = parts[-1].lower()
+    return len(parts) == 2 and not name.endswith((".yaml", ".yml") + _DOC_SUFFIXES) and not name.startswith(_DOC_PREFIXES)
+
+
 def catalogue_files(labels_dir: Path) -> list[CatalogueFile]:
     """Every non-hidden regular file under ``labels_dir`` (hidden files and dirs are editor/VCS junk)."""
     files: list[CatalogueFile] = []
@@ -64,6 +78,9 @@ def catalogue_files(labels_dir: Path) -> list[CatalogueFile]:
         except UnicodeDecodeError as exc:
             raise CatalogueError(f"{path}: not UTF-8 text ({exc.reason}); the catalogue holds text files only") from exc
         key = config_map_key(relative)
+        if is_label_file(relative) and ("." in relative.split("/")[1] or key != relative.replace("/", ".")):
+            raise CatalogueError(f"{path}: label file name must not contain '.' or characters a ConfigMap key cannot hold: "
+                                 f"its flat key {key!r} would not read back as {relative!r}")
         if key in (".", "..") or key.startswith(".."):
             raise CatalogueError(f"{path}: maps to the reserved ConfigMap key {key!r}")
         if key in seen:
