@@ -17,6 +17,7 @@ file, document, rule or line becomes a ``Problem`` with file:line.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from agent.desired import Problem
 from agent.rules.label_files import flat_key_to_label, parse_label_file
 from agent.rules.model import Catalogue, LabelFile, RuleOptions, RuleSet
 from agent.rules.nfr_parser import parse_rule_file
+from agent.rules.static_checks import static_problems
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +164,7 @@ def load_catalogue(dirs: list[str] | tuple[str, ...], options: RuleOptions | Non
             warnings.append(Problem(rule_set.origin, rule_set.name, f"NodeFeatureRule name also used at {names[rule_set.name]}; both are evaluated"))
         names.setdefault(rule_set.name, rule_set.origin)
     ordered = sorted(rule_sets, key=lambda r: r.name)  # NFD: objects in metadata.name order (stable)
-    for problem in problems:
-        log.debug("catalogue problem: %s", problem)
-    return Catalogue(
+    catalogue = Catalogue(
         dirs=tuple(str(d) for d in dirs),
         rule_sets=tuple(ordered),
         label_files=tuple(label_files[k] for k in sorted(label_files)),
@@ -172,3 +172,7 @@ def load_catalogue(dirs: list[str] | tuple[str, ...], options: RuleOptions | Non
         warnings=tuple(warnings),
         files=tuple(files),
     )
+    checked = static_problems(catalogue, options or RuleOptions())
+    for problem in problems + checked:
+        log.debug("catalogue problem: %s", problem)
+    return dataclasses.replace(catalogue, problems=catalogue.problems + tuple(checked))

@@ -13,6 +13,7 @@ import yaml
 
 from agent.desired import Problem
 from agent.rules.expressions import check_expression
+from agent.rules.gotemplate import TemplateError, compile_template
 from agent.rules.model import (
     AnyBranch, Expression, FeatureTerm, OutputItem, Rule, RuleSet, TaintSpec, TemplateSpec,
 )
@@ -135,6 +136,10 @@ class _Parser:
             return None
         if not isinstance(spec, str):
             raise RuleShapeError(f"{what} must be a string", line)
+        try:
+            compile_template(spec)  # syntax errors surface at load (validate), not per node
+        except TemplateError as exc:
+            raise RuleShapeError(f"{what}: {exc}", line) from None
         return TemplateSpec(spec, self.at(line))
 
     def rule(self, spec: Any, rule_set: str, line: int) -> Rule:

@@ -1,0 +1,107 @@
+"""``plan``: the full desired state of this node (labels, extended resources, taints,
+annotations) from discovery plus the rule catalogue; no cluster needed.
+
+Problems (refused items, failed rules, bad rule files) go to stderr; the plan is printed
+either way so one bad rule never hides the rest.  Exit status 0, or 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from agent.config import add_host_arguments, add_rules_arguments, discovery_config, rules_dirs, selected_sources
+
+HELP = "print the desired labels, extended resources, taints and annotations for this host (or a fixture); no cluster needed"
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """Shared by plan, explain and validate: where rules come from and the namespace policy."""
+    add_rules_arguments(parser)
+    parser.add_argument("--deny-label-ns", action="append", default=[], metavar="NS",
+                        help="deny a label namespace (exact, or *.suffix); repeatable (NFD -deny-label-ns)")
+    parser.add_argument("--extra-label-ns", action="append", default=[], metavar="NS",
+                        help="re-allow an exact namespace that is denied, even under kubernetes.io; repeatable (NFD -extra-label-ns)")
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    add_host_arguments(parser)
+    add_policy_arguments(parser)
+    parser.add_argument("--node-labels", default="", metavar="FILE|k=v,...",
+                        help="labels already on the Node (device plugins, dt labeller...): a JSON/Node JSON/k=v-lines file, or k=v,k2=v2")
+    parser.add_argument("--node-name", default="", help="value for system.name.nodename (default: $NODE_NAME)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_plan_arguments(parser)
+    parser.add_argument("--format", choices=("json", "table"), default="json")
+
+
+def rule_options(args: argparse.Namespace):
+    from agent.rules import RuleOptions
+
+    return RuleOptions(deny_label_ns=tuple(args.deny_label_ns), extra_label_ns=tuple(args.extra_label_ns))
+
+
+def node_labels(args: argparse.Namespace) -> dict[str, str]:
+    from agent.rules.node_labels import NodeLabelsError, parse_node_labels
+
+    spec = args.node_labels
+    if not spec:
+        return {}
+    try:
+        if os.path.isfile(spec):
+            with open(spec, encoding="utf-8", errors="replace") as handle:
+                text = handle.read(4 * 1024 * 1024)
+        else:
+            text = spec
+        return parse_node_labels(text)
+    except (OSError, NodeLabelsError) as exc:
+        print(f"error: --node-labels {spec!r}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+def compute(args: argparse.Namespace):
+    """Discover, load and plan: -> (rules.Plan, catalogue)."""
+    from agent import rules
+    from agent.discovery import discover
+    from agent.hostfs import HostFS
+
+    options = rule_options(args)
+    labels_on_node = node_labels(args)
+    found = discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
+    catalogue = rules.load_catalogue(rules_dirs(args), options)
+    for error in found.errors:
+        print(f"discovery: {error}", file=sys.stderr)
+    for problem in catalogue.problems:
+        print(f"rules: {problem}", file=sys.stderr)
+    result = rules.plan(found.features, found.labels, labels_on_node, catalogue, options, found.label_origins)
+    return result, catalogue
+
+
+def render_table(state) -> str:
+    lines = [f"LABELS ({len(state.labels)})"]
+    width = max((len(k) for k in state.labels), default=0)
+    lines += [f"  {k.ljust(width)}  {v}   <- {state.provenance[k].origin}" for k, v in sorted(state.labels.items())]
+    lines.append(f"EXTENDED RESOURCES ({len(state.extended_resources)})")
+    lines += [f"  {k}  {v}   <- {state.provenance[k].origin}" for k, v in sorted(state.extended_resources.items())]
+    lines.append(f"TAINTS ({len(state.taints)})")
+    lines += [f"  {t.to_string()}   <- {state.provenance[f'taint:{t.key}:{t.effect}'].origin}" for t in state.taints]
+    lines.append(f"ANNOTATIONS ({len(state.annotations)})")
+    lines += [f"  {k}  {v}" for k, v in sorted(state.annotations.items())]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    result, _ = compute(args)
+    state = result.state
+    for problem in state.problems:
+        print(f"plan: {problem}", file=sys.stderr)
+    if args.format == "json":
+        json.dump(state.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(state))
+    return 0

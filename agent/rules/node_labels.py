@@ -1,0 +1,56 @@
+"""Parse the labels a Node already carries, as given to ``plan``/``explain --node-labels``.
+
+Accepted text: a JSON object of labels, a Node object (``kubectl get node -o json``; its
+``metadata.labels`` are used), ``key=value`` lines, or a comma-separated ``k=v,k2=v2``
+list.  A bare key means the label exists with an empty value.  Invalid keys or values are
+refused with a reason instead of being passed on to rule matching.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agent.k8s_validation import label_value_errors, qualified_name_errors
+
+
+class NodeLabelsError(ValueError):
+    """The text is not one of the accepted forms; the message says what is wrong."""
+
+
+def _from_json(text: str) -> dict[str, str]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NodeLabelsError(f"not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if isinstance(data, dict) and isinstance(data.get("metadata"), dict):
+        data = data["metadata"].get("labels") or {}
+    if not isinstance(data, dict):
+        raise NodeLabelsError("JSON must be an object of labels or a Node object")
+    return {str(k): "" if v is None else str(v) for k, v in data.items()}
+
+
+def _from_pairs(items: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        item = item.strip()
+        if not item or item.startswith("#"):
+            continue
+        key, _, value = item.partition("=")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def parse_node_labels(text: str) -> dict[str, str]:
+    """Labels from ``text``; raises ``NodeLabelsError`` naming the first invalid entry."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        labels = _from_json(stripped)
+    elif "\n" in stripped:
+        labels = _from_pairs(stripped.splitlines())
+    else:
+        labels = _from_pairs(stripped.split(","))
+    for key, value in labels.items():
+        errors = qualified_name_errors(key) + [f"value: {e}" for e in label_value_errors(value)]
+        if errors:
+            raise NodeLabelsError(f"invalid node label {key!r}={value!r}: {'; '.join(errors)}")
+    return labels
