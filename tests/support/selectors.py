@@ -1,0 +1,79 @@
+"""``fieldSelector`` and ``labelSelector`` query parameters, as far as tests need them.
+
+Field selectors: ``a.b=x``, ``a.b==x``, ``a.b!=x`` over dotted paths (``metadata.name``,
+``spec.nodeName``, ``involvedObject.name``...). Label selectors: ``k=v``, ``k==v``, ``k!=v``,
+``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``. A malformed selector is a ``ValueError``
+(the handler answers 400, as the real server does).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+Matcher = Callable[[Mapping[str, Any]], bool]
+_SET_RE = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _split(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char == "("
+        depth -= char == ")"
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _lookup(obj: Mapping[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return "" if value is None else str(value)
+
+
+def field_selector(text: str | None) -> Matcher:
+    terms = []
+    for term in _split(text or ""):
+        match = re.match(r"^([A-Za-z0-9_.]+)\s*(==|!=|=)\s*(.*)$", term)
+        if not match:
+            raise ValueError(f"invalid selector: '{text}'; can't understand '{term}'")
+        terms.append((match.group(1), match.group(2) == "!=", match.group(3)))
+    return lambda obj: all((_lookup(obj, path) != value) if negate else (_lookup(obj, path) == value)
+                           for path, negate, value in terms)
+
+
+def label_selector(text: str | None) -> Matcher:
+    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    for term in _split(text or ""):
+        set_match = _SET_RE.match(term)
+        if set_match:
+            key, op, values = set_match.group(1), set_match.group(2), {v.strip() for v in set_match.group(3).split(",")}
+            if op == "in":
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            continue
+        match = re.match(r"^([^\s!=]+)\s*(==|!=|=)\s*([^\s=!]*)$", term)
+        if match:
+            key, op, value = match.groups()
+            if op == "!=":
+                checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            else:
+                checks.append(lambda labels, k=key, v=value: k in labels and labels[k] == v)
+        elif re.match(r"^![^\s!=()]+$", term):
+            checks.append(lambda labels, k=term[1:]: k not in labels)
+        elif re.match(r"^[^\s!=()]+$", term):
+            checks.append(lambda labels, k=term: k in labels)
+        else:
+            raise ValueError(f"unable to parse requirement: {term!r}")
+    return lambda obj: all(check((obj.get("metadata") or {}).get("labels") or {}) for check in checks)
+
+
+def selector(field: str | None, label: str | None) -> Matcher:
+    by_field, by_label = field_selector(field), label_selector(label)
+    return lambda obj: by_field(obj) and by_label(obj)

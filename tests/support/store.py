@@ -1,0 +1,174 @@
+"""The fake server's storage: objects, one cluster-wide resourceVersion, and the watch history.
+
+Like etcd behind the apiserver: every change bumps a single monotonically increasing
+``resourceVersion`` and appends a watch event; a change that leaves the object identical
+(a no-op patch) writes nothing and keeps the version. History older than ``compacted`` is
+gone, so watches from there get 410. One re-entrant lock guards everything; ``changed``
+(a Condition on it) wakes watch streams.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+HISTORY_LIMIT = 10_000
+
+
+class NotFound(Exception):
+    def __init__(self, resource: str, name: str) -> None:
+        super().__init__(f'{resource} "{name}" not found')
+        self.resource, self.name = resource, name
+
+
+class AlreadyExists(Exception):
+    def __init__(self, resource: str, name: str) -> None:
+        super().__init__(f'{resource} "{name}" already exists')
+        self.resource, self.name = resource, name
+
+
+class Conflict(Exception):
+    def __init__(self, resource: str, name: str) -> None:
+        super().__init__(f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+                         "please apply your changes to the latest version and try again")
+        self.resource, self.name = resource, name
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    rv: int
+    resource: str
+    type: str  # ADDED, MODIFIED, DELETED
+    object: dict[str, Any]
+
+
+def now_stamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _strip_empty(obj: dict[str, Any]) -> dict[str, Any]:
+    """Go ``omitempty``: empty label/annotation maps, taint lists, resource lists vanish."""
+    meta = obj.get("metadata") or {}
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "taints" in spec:
+        if not spec["taints"]:
+            del spec["taints"]
+        else:
+            for taint in spec["taints"]:
+                for field in ("value", "timeAdded"):
+                    if field in taint and taint[field] in ("", None):
+                        del taint[field]
+    status = obj.get("status")
+    if isinstance(status, dict):
+        for key in ("capacity", "allocatable"):
+            if key in status and not status[key]:
+                del status[key]
+    return obj
+
+
+class Store:
+    """Objects by resource and (namespace, name); every mutation under ``lock``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = 1
+        self.compacted = 0  # watching from an rv below this is 410 Gone
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        self.history: deque[WatchEvent] = deque()
+
+    # -- reads ----------------------------------------------------------------------------
+    def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any]:
+        with self.lock:
+            obj = self.objects.get(resource, {}).get((namespace, name))
+            if obj is None:
+                raise NotFound(resource, name)
+            return copy.deepcopy(obj)
+
+    def list(self, resource: str, namespace: str | None = None,
+             match: Callable[[dict[str, Any]], bool] = lambda _o: True) -> tuple[list[dict[str, Any]], int]:
+        with self.lock:
+            items = [copy.deepcopy(o) for (ns, _n), o in sorted(self.objects.get(resource, {}).items())
+                     if (namespace is None or ns == namespace) and match(o)]
+            return items, self.rv
+
+    def events_after(self, rv: int) -> Iterator[WatchEvent]:
+        with self.lock:
+            return iter([e for e in self.history if e.rv > rv])
+
+    # -- writes ---------------------------------------------------------------------------
+    def _record(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
+        self.history.append(WatchEvent(self.rv, resource, kind, copy.deepcopy(obj)))
+        while len(self.history) > HISTORY_LIMIT:
+            self.compacted = self.history.popleft().rv
+        self.changed.notify_all()
+
+    def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            meta = obj.setdefault("metadata", {})
+            key = (meta.get("namespace", ""), meta["name"])
+            bucket = self.objects.setdefault(resource, {})
+            if key in bucket:
+                raise AlreadyExists(resource, meta["name"])
+            self.rv += 1
+            meta["uid"] = str(uuid.uuid4())
+            meta["resourceVersion"] = str(self.rv)
+            meta.setdefault("creationTimestamp", now_stamp())
+            bucket[key] = _strip_empty(copy.deepcopy(obj))
+            self._record(resource, "ADDED", bucket[key])
+            return copy.deepcopy(bucket[key])
+
+    def update(self, resource: str, name: str, mutate: Callable[[dict[str, Any]], dict[str, Any] | None],
+               namespace: str = "", *, force_bump: bool = False) -> tuple[dict[str, Any], bool]:
+        """Replace an object with ``mutate(copy)`` (its return value, or the mutated copy).
+        ``mutate`` may raise to refuse. Returns (stored object, whether it changed)."""
+        with self.lock:
+            bucket = self.objects.get(resource, {})
+            old = bucket.get((namespace, name))
+            if old is None:
+                raise NotFound(resource, name)
+            work = copy.deepcopy(old)
+            new = mutate(work)
+            new = _strip_empty(work if new is None else new)
+            for field in ("name", "namespace", "uid", "creationTimestamp"):
+                if field in old["metadata"]:
+                    new["metadata"][field] = old["metadata"][field]
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            if new == old and not force_bump:
+                return copy.deepcopy(old), False
+            self.rv += 1
+            new["metadata"]["resourceVersion"] = str(self.rv)
+            bucket[(namespace, name)] = new
+            self._record(resource, "MODIFIED", new)
+            return copy.deepcopy(new), True
+
+    def delete(self, resource: str, name: str, namespace: str = "") -> dict[str, Any]:
+        with self.lock:
+            bucket = self.objects.get(resource, {})
+            obj = bucket.pop((namespace, name), None)
+            if obj is None:
+                raise NotFound(resource, name)
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self._record(resource, "DELETED", obj)
+            return copy.deepcopy(obj)
+
+    def compact(self) -> int:
+        """Forget all history up to now (etcd compaction): older resourceVersions are 410."""
+        with self.lock:
+            self.compacted = self.rv
+            self.history.clear()
+            self.changed.notify_all()
+            return self.rv
+
+    def wake(self) -> None:
+        with self.lock:
+            self.changed.notify_all()

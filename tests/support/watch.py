@@ -1,0 +1,155 @@
+"""Watch streams: chunked JSON lines ``{"type": ..., "object": ...}`` fed from the store.
+
+Semantics follow the real apiserver (reference section 3.1):
+
+* no ``resourceVersion`` or ``"0"``: synthetic ``ADDED`` for every matching object, then changes;
+* a specific version: only changes after it; older than the compaction point gives an
+  in-stream ``ERROR`` event with a 410 ``Expired`` Status (or HTTP 410 when the server's
+  ``watch_410`` is ``"http"``);
+* ``allowWatchBookmarks``: ``BOOKMARK`` events (object with only ``metadata.resourceVersion``)
+  every ``bookmark_interval`` seconds, on ``send_bookmarks()``, and just before a timeout;
+* ``timeoutSeconds``: the stream ends cleanly after that long.
+
+Tests can end streams (``drop``: cleanly with the final chunk, or ``abrupt``ly by closing
+the socket) or expire them (an ``ERROR`` 410, then the end).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tests.support.store import Store
+
+KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event"}
+
+
+def gone(rv: int, current: int) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": f"too old resource version: {rv} ({current})", "reason": "Expired", "code": 410}
+
+
+@dataclass
+class Watcher:
+    resource: str
+    namespace: str | None
+    match: Callable[[dict[str, Any]], bool]
+    since: int | None  # None: start with the current state
+    bookmarks: bool
+    deadline: float
+    started: float = field(default_factory=time.monotonic)
+    drop: str | None = None  # "clean" or "abrupt"
+    expired: bool = False
+    bookmark_due: bool = False
+    sent: int = 0
+
+    def wanted(self, obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata") or {}
+        return (self.namespace is None or meta.get("namespace", "") == self.namespace) and self.match(obj)
+
+
+class WatchRegistry:
+    """Open watch streams, so tests can drop, expire or bookmark them all at once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self.open: list[Watcher] = []
+        self.started = 0
+
+    def add(self, watcher: Watcher) -> None:
+        with self._lock:
+            self.open.append(watcher)
+            self.started += 1
+
+    def remove(self, watcher: Watcher) -> None:
+        with self._lock:
+            if watcher in self.open:
+                self.open.remove(watcher)
+
+    def _flag(self, setter: Callable[[Watcher], None]) -> int:
+        with self._lock:
+            watchers = list(self.open)
+        for watcher in watchers:
+            setter(watcher)
+        self.store.wake()
+        return len(watchers)
+
+    def drop_all(self, abrupt: bool = False) -> int:
+        return self._flag(lambda w: setattr(w, "drop", "abrupt" if abrupt else "clean"))
+
+    def expire_all(self) -> int:
+        return self._flag(lambda w: setattr(w, "expired", True))
+
+    def bookmark_all(self) -> int:
+        return self._flag(lambda w: setattr(w, "bookmark_due", True))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.open)
+
+
+def _line(kind: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, stopping: threading.Event,
+           bookmark_interval: float) -> str:
+    """Feed ``watcher`` until it ends; returns how: ``timeout``, ``clean``, ``abrupt``,
+    ``expired`` or ``stopped``. ``send`` raises OSError when the client went away."""
+    kind = KINDS.get(watcher.resource, "Object")
+    with store.lock:
+        if watcher.since is None:
+            items = [o for (_k, o) in sorted(store.objects.get(watcher.resource, {}).items()) if watcher.wanted(o)]
+            initial = [_line("ADDED", o) for o in items]
+            cursor = store.rv
+        elif watcher.since < store.compacted:
+            initial, cursor = None, watcher.since
+        else:
+            initial, cursor = [], watcher.since
+        current = store.rv
+    if initial is None:
+        send(_line("ERROR", gone(watcher.since, current)))
+        return "expired"
+    for line in initial:
+        send(line)
+    next_bookmark = time.monotonic() + bookmark_interval
+    while True:
+        with store.lock:
+            while True:
+                now = time.monotonic()
+                if (stopping.is_set() or watcher.drop or watcher.expired or store.rv > cursor
+                        or now >= watcher.deadline or watcher.bookmark_due
+                        or (watcher.bookmarks and now >= next_bookmark)):
+                    break
+                wake_at = min(watcher.deadline, next_bookmark) if watcher.bookmarks else watcher.deadline
+                store.changed.wait(max(0.0, min(wake_at - now, 1.0)))
+            lost = cursor < store.compacted
+            events = [e for e in store.history if e.rv > cursor and e.resource == watcher.resource]
+            cursor = max(cursor, store.rv)
+            current = store.rv
+        if stopping.is_set():
+            return "stopped"
+        if lost:
+            watcher.expired = True
+        for event in events:
+            if watcher.wanted(event.object) and not watcher.expired:
+                send(_line(event.type, event.object))
+                watcher.sent += 1
+        if watcher.expired:
+            send(_line("ERROR", gone(watcher.since if watcher.since is not None else cursor, current)))
+            return "expired"
+        if watcher.drop:
+            return watcher.drop
+        now = time.monotonic()
+        timed_out = now >= watcher.deadline
+        if watcher.bookmarks and (watcher.bookmark_due or now >= next_bookmark or timed_out):
+            watcher.bookmark_due = False
+            next_bookmark = now + bookmark_interval
+            send(_line("BOOKMARK", {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(cursor)}}))
+        watcher.bookmark_due = False
+        if timed_out:
+            return "timeout"
