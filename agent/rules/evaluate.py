@@ -37,6 +37,7 @@ class Output:
     value: str
     origin: str  # file:line of the item or template
     elements: tuple[MatchedElement, ...] = ()
+    host_path: str = ""  # where an @reference's value was read
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,8 @@ def run_rule(rule: Rule, features: Mapping[str, Feature]) -> RuleResult:
             if value is None:
                 problems.append((spec.origin, spec.key, why))
                 continue
-            out[spec.key] = Output(spec.key, value, spec.origin, elements)
-        return tuple(Output(o.key, o.value, o.origin, o.elements or elements) for o in out.values())
+            out[spec.key] = Output(spec.key, value, spec.origin, elements, host)
+        return tuple(Output(o.key, o.value, o.origin, o.elements or elements, o.host_path) for o in out.values())
 
     try:
         labels = items(rule.labels, rule.labels_template)

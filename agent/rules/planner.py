@@ -51,7 +51,7 @@ def _element_provenance(origin: str, result: RuleResult, output: Output, host_pa
     expression = "; ".join(t.term.describe() for t in matched_terms) or "(no conditions: always matches)"
     elements = output.elements
     instance = ", ".join(e.describe() for e in elements[:4]) + (f" (+{len(elements) - 4} more)" if len(elements) > 4 else "")
-    hosts = host_path or ", ".join(dict.fromkeys(e.host_path for e in elements if e.host_path))
+    hosts = host_path or output.host_path or ", ".join(dict.fromkeys(e.host_path for e in elements if e.host_path))
     return Provenance(origin, result.rule.qualified_name, expression, instance, hosts)
 
 
