@@ -215,6 +215,8 @@ def parse_rule_file(path: str, text: str) -> tuple[list[RuleSet], list[Problem]]
                 rule_sets.append(rule_set)
     except YamlShapeError as exc:
         problems.append(Problem(parser.at(exc.line), "yaml", str(exc)))
+    except RecursionError:
+        problems.append(Problem(parser.at(1), "yaml", "nesting too deep to read; file skipped"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1

@@ -15,6 +15,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_NODES = 200_000
+MAX_DEPTH = 64
 
 
 class YamlShapeError(ValueError):
@@ -47,8 +48,20 @@ class _Converter:
     def __init__(self) -> None:
         self.budget = MAX_NODES
         self.scalars = SafeConstructor()
+        self.active: set[int] = set()  # nodes being converted: a repeat is a recursive alias
 
     def convert(self, node: Node) -> Any:
+        if id(node) in self.active:
+            raise YamlShapeError("recursive alias (a node that contains itself)", node.start_mark.line + 1)
+        if len(self.active) > MAX_DEPTH:
+            raise YamlShapeError(f"nested deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
+        self.active.add(id(node))
+        try:
+            return self._convert(node)
+        finally:
+            self.active.discard(id(node))
+
+    def _convert(self, node: Node) -> Any:
         self.budget -= 1
         if self.budget < 0:
             raise YamlShapeError(f"document too large or alias bomb (more than {MAX_NODES} nodes)", node.start_mark.line + 1)

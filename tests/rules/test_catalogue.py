@@ -1,0 +1,112 @@
+"""The shipped catalogue (labels/) against the recorded hosts, and Intel's vendor rules unchanged."""
+
+from __future__ import annotations
+
+import filecmp
+
+import pytest
+
+from agent import rules
+from agent.discovery import discover
+from agent.hostfs import HostFS
+from agent.k8s_validation import label_value_errors, qualified_name_errors
+from tests.conftest import FIXTURES, LABELS_DIR, REPO
+from tests.rules.helpers import instances
+
+CATALOGUE = rules.load_catalogue([str(LABELS_DIR)])
+INTEL = "intel.feature.node.kubernetes.io/"
+
+
+def plan_fixture(case, node=None, catalogue=CATALOGUE):
+    found = discover(HostFS(FIXTURES / case))
+    return rules.plan(found.features, found.labels, node or {}, catalogue, label_origins=found.label_origins)
+
+
+def test_shipped_catalogue_is_clean():
+    assert CATALOGUE.problems == () and CATALOGUE.warnings == ()
+    assert len(list(CATALOGUE.rules())) >= 15
+
+
+def test_intel_vendor_file_is_the_published_file_unchanged():
+    reference = REPO.parent / "shared/reference/vendor-rules/intel-device-plugins.node-feature-rules.yaml"
+    if not reference.is_file():
+        pytest.skip("reference copy of Intel's rules not present in this checkout's environment")
+    assert filecmp.cmp(LABELS_DIR / "vendor/intel-device-plugins.node-feature-rules.yaml", reference, shallow=False)
+
+
+def test_intel_vendor_rules_on_the_intel_server():
+    intel_only = rules.load_catalogue([str(LABELS_DIR / "vendor")])
+    assert intel_only.problems == ()
+    state = plan_fixture("intel-server", catalogue=intel_only).state
+    produced = {k: v for k, v in state.labels.items() if k.startswith(INTEL)}
+    # fixture README: QAT 4940 + intel_qat + vfio_pci, DSA 0b25 / IAA 0cfe + idxd, Flex 170 + i915, SGX; no DLB, no FPGA
+    assert produced == {INTEL + n: "true" for n in ("qat", "dsa", "iaa", "gpu", "sgx")}
+    assert state.extended_resources == {"sgx.intel.com/epc": "137170518016"}
+    assert state.provenance["sgx.intel.com/epc"].host_path  # the EPC size is traced to a host file
+    assert state.problems == ()
+
+
+@pytest.mark.parametrize("case", ["coral-usb-boot", "coral-usb", "coral-pcie", "coral-devboard"])
+def test_every_coral_form_yields_edgetpu_and_a_device_count(case):
+    state = plan_fixture(case).state
+    assert state.labels["accelerators/edgetpu"] == "true"
+    assert state.extended_resources["node-feature-agent.io/edgetpu"] == "1"
+
+
+def test_coral_pcie_outside_nfd_class_whitelist_still_matches_by_raw_device():
+    found = discover(HostFS(FIXTURES / "coral-pcie"))
+    assert "feature.node.kubernetes.io/pci-0880_1ac1.present" not in found.labels
+    state = plan_fixture("coral-pcie").state
+    assert state.provenance["accelerators/edgetpu"].feature_instance.startswith("pci.device[address=0000:01:00.0")
+
+
+@pytest.mark.parametrize("case,expected,absent", [
+    ("coral-devboard", {"boards/coral-dev-board": "true"}, ["boards/raspberry-pi"]),
+    ("raspberry-pi-4", {"boards/raspberry-pi": "true", "boards/raspberry-pi-model": "4-model-b"}, ["accelerators/edgetpu", "boards/nvidia-jetson"]),
+    ("jetson-nano", {"boards/nvidia-jetson": "true", "boards/nvidia-tegra-soc": "tegra210"}, ["boards/raspberry-pi"]),
+    ("nvidia-8gpu", {"accelerators/nvidia-gpu": "true", "accelerators/gpu": "true", "accelerators/nvidia-gpu.count": "8"}, ["accelerators/amd-gpu"]),
+    ("amd-gpu", {"accelerators/amd-gpu": "true", "accelerators/gpu": "true", "accelerators/amd-gpu.count": "2"}, ["accelerators/nvidia-gpu"]),
+    ("intel-server", {INTEL + "qat": "true", INTEL + "sgx": "true"}, ["accelerators/edgetpu", "accelerators/gpu"]),
+    ("minimal", {}, ["accelerators/edgetpu", "accelerators/gpu", "boards/raspberry-pi"]),
+])
+def test_catalogue_entries_on_fixtures(case, expected, absent):
+    state = plan_fixture(case).state
+    for key, value in expected.items():
+        assert state.labels.get(key) == value, key
+    for key in absent:
+        assert key not in state.labels
+    assert state.problems == ()
+    for key, value in state.labels.items():
+        assert not qualified_name_errors(key) and not label_value_errors(value)
+
+
+def test_edgetpu_label_file_keeps_device_plugin_setups_working():
+    state = plan_fixture("minimal", node={"kkohtaka.org/edgetpu": "1"}).state
+    assert state.labels["accelerators/edgetpu"] == "true"
+    assert state.provenance["accelerators/edgetpu"].rule.startswith("label file")
+    assert "node-feature-agent.io/edgetpu" not in state.extended_resources  # no device seen: no count
+
+
+@pytest.mark.parametrize("usb,key,resource", [
+    ({"vendor": "03e7", "device": "2485", "class": "00", "sysfs_name": "1-1"}, "accelerators/ncs2", "node-feature-agent.io/ncs2"),
+    ({"vendor": "03e7", "device": "f63b", "class": "ff", "sysfs_name": "1-1"}, "accelerators/ncs2", "node-feature-agent.io/ncs2"),
+])
+def test_ncs2_without_a_recorded_fixture(usb, key, resource):
+    """No fixture records an NCS2; the ids come from OpenVINO's udev rules (README)."""
+    features = {"usb.device": instances(usb, dict(usb, sysfs_name="2-1"), origin="/sys/bus/usb/devices")}
+    state = rules.plan_node(features, {}, {}, CATALOGUE)
+    assert state.labels[key] == "true" and state.extended_resources[resource] == "2"
+
+
+def test_hailo8_without_a_recorded_fixture():
+    features = {"pci.device": instances({"vendor": "1e60", "device": "2864", "class": "1200", "address": "0000:02:00.0"})}
+    state = rules.plan_node(features, {}, {}, CATALOGUE)
+    assert state.labels["accelerators/hailo8"] == "true" and state.extended_resources["node-feature-agent.io/hailo8"] == "1"
+
+
+def test_optional_taint_rules_load_after_the_catalogue():
+    catalogue = rules.load_catalogue([str(LABELS_DIR), str(REPO / "deploy/optional-rules")])
+    assert catalogue.problems == ()
+    state = plan_fixture("coral-usb", node={"kubernetes.io/arch": "amd64"}, catalogue=catalogue).state
+    assert sorted(t.to_string() for t in state.taints) == ["node-feature-agent.io/arch=amd64:NoSchedule", "node-feature-agent.io/edgetpu:NoSchedule"]
+    assert plan_fixture("coral-usb").state.taints == ()  # not loaded by default
