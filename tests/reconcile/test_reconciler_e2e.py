@@ -257,6 +257,10 @@ def test_concurrent_second_writer_keeps_its_labels_and_taints(server, sleeps):
 
     writer = threading.Thread(target=other_controller, daemon=True)
     writer.start()
+    for _ in range(500):  # bounded: the other controller has written once before we start racing it
+        if last["n"] or errors:
+            break
+        stop.wait(0.01)
     rec = make(server, sleeps, max_conflicts=50)
     try:
         variants = [WANT, DesiredNodeState(labels={EDGETPU: "true"}, taints=(Taint("example.com/x", "NoExecute"),)), WANT]

@@ -479,8 +479,12 @@ class FakeApiServer:
                                            "message": "kubelet is posting ready status",
                                            "lastHeartbeatTime": now_stamp(), "lastTransitionTime": now_stamp()}],
                            "addresses": [{"type": "Hostname", "address": name}],
-                           "nodeInfo": {"kubeletVersion": "v1.32.0", "operatingSystem": "linux",
-                                        "architecture": "amd64"}}}
+                           "nodeInfo": {"machineID": "0" * 32, "systemUUID": "00000000-0000-0000-0000-000000000000",
+                                        "bootID": "00000000-0000-0000-0000-000000000001",
+                                        "kernelVersion": "6.1.0", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                                        "containerRuntimeVersion": "containerd://1.7.0",
+                                        "kubeletVersion": "v1.32.0", "kubeProxyVersion": "v1.32.0",
+                                        "operatingSystem": "linux", "architecture": "amd64"}}}
         return self.store.create("nodes", node)
 
     def node(self, name: str) -> dict[str, Any]:
@@ -539,8 +543,9 @@ class FakeApiServer:
         return self.watches.drop_all(abrupt)
 
     def expire_resource_versions(self) -> int:
-        """Compact history: open watches get an ERROR 410, and watching from any earlier
-        resourceVersion is 410 Gone. Returns the oldest version still valid."""
+        """Compact history: open watches get an ERROR 410 and end; a new watch from an earlier
+        resourceVersion that would miss a change is 410 Gone (re-reading gives a usable one).
+        Returns the compaction point."""
         rv = self.store.compact()
         self.watches.expire_all()
         return rv
@@ -801,11 +806,10 @@ class FakeApiServer:
             timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else self.watch_timeout
         except ValueError as err:
             raise ApiError(400, status_body(400, "invalid timeoutSeconds")) from err
-        with self.store.lock:
-            if since is not None and since < self.store.compacted and self.watch_410 == "http":
-                raise ApiError(410, gone(since, self.store.rv))
         watcher = Watcher(resource, namespace, match, since, query.get("allowWatchBookmarks") in ("true", "1"),
                           time.monotonic() + min(timeout, self.watch_timeout))
+        if since is not None and self.watch_410 == "http" and self.store.too_old(since, resource, watcher.wanted):
+            raise ApiError(410, gone(since, self.store.rv))
         record = RequestRecord("GET", unquote(urlsplit(handler.path).path), query, None, "", 200,
                                headers=dict(handler.headers.items()))
         self._record(record)

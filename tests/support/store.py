@@ -81,7 +81,8 @@ class Store:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = 1
-        self.compacted = 0  # watching from an rv below this is 410 Gone
+        self.compacted = 0  # expire_resource_versions(): watching from before this is 410 if it missed anything
+        self.trimmed = 0  # history dropped for size: watching from before this is always 410
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         self.history: deque[WatchEvent] = deque()
 
@@ -108,7 +109,7 @@ class Store:
     def _record(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
         self.history.append(WatchEvent(self.rv, resource, kind, copy.deepcopy(obj)))
         while len(self.history) > HISTORY_LIMIT:
-            self.compacted = self.history.popleft().rv
+            self.trimmed = self.history.popleft().rv
         self.changed.notify_all()
 
     def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -162,12 +163,22 @@ class Store:
             return copy.deepcopy(obj)
 
     def compact(self) -> int:
-        """Forget all history up to now (etcd compaction): older resourceVersions are 410."""
+        """Compact up to now (etcd compaction): a watch from an older resourceVersion is 410
+        when it would have missed a change it watches. An object's own version read after the
+        compaction stays usable while the object is unchanged, so a client that re-reads and
+        re-watches recovers, as it does against a real server's watch cache."""
         with self.lock:
             self.compacted = self.rv
-            self.history.clear()
             self.changed.notify_all()
             return self.rv
+
+    def too_old(self, since: int, resource: str, wanted: Callable[[dict[str, Any]], bool]) -> bool:
+        """Whether watching ``resource`` from ``since`` must be answered with 410 Gone."""
+        with self.lock:
+            if since < self.trimmed:
+                return True
+            return since < self.compacted and any(
+                since < e.rv <= self.compacted and e.resource == resource and wanted(e.object) for e in self.history)
 
     def wake(self) -> None:
         with self.lock:

@@ -106,7 +106,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
             items = [o for (_k, o) in sorted(store.objects.get(watcher.resource, {}).items()) if watcher.wanted(o)]
             initial = [_line("ADDED", o) for o in items]
             cursor = store.rv
-        elif watcher.since < store.compacted:
+        elif store.too_old(watcher.since, watcher.resource, watcher.wanted):
             initial, cursor = None, watcher.since
         else:
             initial, cursor = [], watcher.since
@@ -127,7 +127,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
                     break
                 wake_at = min(watcher.deadline, next_bookmark) if watcher.bookmarks else watcher.deadline
                 store.changed.wait(max(0.0, min(wake_at - now, 1.0)))
-            lost = cursor < store.compacted
+            lost = cursor < store.trimmed
             events = [e for e in store.history if e.rv > cursor and e.resource == watcher.resource]
             cursor = max(cursor, store.rv)
             current = store.rv

@@ -1,0 +1,1 @@
+"""Tests of the in-repo fake API server (tests/support) with the real client and kubectl."""

@@ -1,0 +1,483 @@
+"""The fake API server against the official ``kubernetes`` client (and kubectl when installed).
+
+Each behaviour the agent's e2e tests rely on is checked here over real HTTP, so a wrong fake
+cannot make the agent look right. Every watch has a server-side timeout and a client read
+timeout; the server is stopped in fixture teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+
+import pytest
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from tests.support.apiserver import FakeApiServer
+from tests.support.quantity import canonical
+
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+TIMEOUT = (2.0, 5.0)
+
+
+@pytest.fixture
+def api():
+    with FakeApiServer(bookmark_interval=30) as server:
+        server.add_node("n1", labels={"kubernetes.io/hostname": "n1", "team.example.com/owner": "infra"},
+                        taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}],
+                        capacity={"cpu": "4", "memory": "8Gi", "pods": "110"})
+        server.add_node("n2")
+        yield server
+
+
+@pytest.fixture
+def core(api):
+    return client.CoreV1Api(client.ApiClient(api.client_configuration()))
+
+
+def raw(response) -> dict:
+    return json.loads(response.data)
+
+
+def patch(core, body, content_type=MERGE, status=False, name="n1"):
+    call = core.patch_node_status if status else core.patch_node
+    return raw(call(name, body, _content_type=content_type, _preload_content=False, _request_timeout=TIMEOUT))
+
+
+def error(call) -> tuple[int, dict, object]:
+    with pytest.raises(ApiException) as info:
+        call()
+    return info.value.status, json.loads(info.value.body), info.value.headers
+
+
+def test_kubeconfig_works_with_the_python_client(api, tmp_path):
+    path = api.kubeconfig(tmp_path / "kubeconfig")
+    v1 = client.CoreV1Api(config.new_client_from_config(str(path)))
+    names = [n.metadata.name for n in v1.list_node(_request_timeout=TIMEOUT).items]
+    assert names == ["n1", "n2"]
+    assert client.VersionApi(config.new_client_from_config(str(path))).get_code().git_version.startswith("v1.")
+
+
+def test_token_is_required_when_configured(tmp_path):
+    with FakeApiServer(token="s3cret") as api:
+        api.add_node("n1")
+        good = client.CoreV1Api(config.new_client_from_config(str(api.kubeconfig(tmp_path / "k"))))
+        assert good.read_node("n1").metadata.name == "n1"
+        cfg = api.client_configuration()
+        cfg.api_key = {"authorization": "Bearer wrong"}
+        status, body, _ = error(lambda: client.CoreV1Api(client.ApiClient(cfg)).read_node("n1"))
+        assert status == 401 and body["reason"] == "Unauthorized"
+
+
+def test_list_selectors(api, core):
+    by_name = core.list_node(field_selector="metadata.name=n2", _request_timeout=TIMEOUT)
+    assert [n.metadata.name for n in by_name.items] == ["n2"]
+    by_label = core.list_node(label_selector="team.example.com/owner=infra", _request_timeout=TIMEOUT)
+    assert [n.metadata.name for n in by_label.items] == ["n1"]
+    assert core.list_node(label_selector="!team.example.com/owner", _request_timeout=TIMEOUT).items[0].metadata.name == "n2"
+    status, body, _ = error(lambda: core.read_node("nope"))
+    assert status == 404 and body["reason"] == "NotFound" and body["message"] == 'nodes "nope" not found'
+
+
+def test_merge_patch_null_deletes_and_versions_increase(api, core):
+    before = api.node("n1")
+    after = patch(core, {"metadata": {"labels": {"a.example.com/x": "1", "team.example.com/owner": None}}})
+    assert after["metadata"]["labels"] == {"kubernetes.io/hostname": "n1", "a.example.com/x": "1"}
+    assert int(after["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"]["creationTimestamp"] == before["metadata"]["creationTimestamp"]
+    again = patch(core, {"metadata": {"labels": {"a.example.com/x": "1", "gone.example.com/y": None}}})
+    assert again["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]  # no-op: no new version
+    n2 = patch(core, {"metadata": {"labels": {"b": "2"}}}, name="n2")
+    assert int(n2["metadata"]["resourceVersion"]) > int(after["metadata"]["resourceVersion"])  # cluster-wide counter
+
+
+def test_strategic_merge_patch_replaces_the_taints_list(api, core):
+    body = {"metadata": {"labels": {"s.example.com/x": "1"}},
+            "spec": {"taints": [{"key": "example.com/mine", "value": "v", "effect": "NoSchedule"}]}}
+    node = raw(core.patch_node("n1", body, _preload_content=False))  # dict body: the client sends SMP
+    assert api.requests[-1].content_type == "application/strategic-merge-patch+json"
+    assert node["metadata"]["labels"]["team.example.com/owner"] == "infra"  # maps merge
+    assert node["spec"]["taints"] == [{"key": "example.com/mine", "value": "v", "effect": "NoSchedule"}]
+
+
+def test_json_patch_ops_and_failures_are_atomic(api, core):
+    node = patch(core, [
+        {"op": "add", "path": "/metadata/labels/j.example.com~1a", "value": "1"},
+        {"op": "copy", "from": "/metadata/labels/j.example.com~1a", "path": "/metadata/labels/j.example.com~1b"},
+        {"op": "move", "from": "/metadata/labels/j.example.com~1b", "path": "/metadata/labels/j.example.com~1c"},
+        {"op": "replace", "path": "/metadata/labels/j.example.com~1a", "value": "2"},
+        {"op": "test", "path": "/metadata/labels/j.example.com~1c", "value": "1"},
+        {"op": "remove", "path": "/metadata/labels/team.example.com~1owner"},
+    ], JSON_PATCH)
+    labels = node["metadata"]["labels"]
+    assert labels["j.example.com/a"] == "2" and labels["j.example.com/c"] == "1"
+    assert "j.example.com/b" not in labels and "team.example.com/owner" not in labels
+    rv = node["metadata"]["resourceVersion"]
+    for ops in ([{"op": "add", "path": "/metadata/labels/x", "value": "1"},
+                 {"op": "test", "path": "/metadata/resourceVersion", "value": "1"}],
+                [{"op": "add", "path": "/metadata/labels/x", "value": "1"},
+                 {"op": "remove", "path": "/status/capacity/example.com~1missing"}],
+                [{"op": "replace", "path": "/status/capacity/example.com~1missing", "value": "1"}]):
+        status, body, _ = error(lambda: patch(core, ops, JSON_PATCH, status=True))
+        assert status == 422 and body["reason"] == "Invalid"
+        assert body["message"] == "the server rejected our request due to an error in our request"
+        assert body["details"]["causes"][0]["message"]
+    assert api.node("n1")["metadata"]["resourceVersion"] == rv and "x" not in api.node("n1")["metadata"]["labels"]
+    status, body, _ = error(lambda: patch(core, [{"op": "frobnicate", "path": "/x"}], JSON_PATCH))
+    assert status == 422 and "frobnicate" in body["details"]["causes"][0]["message"]
+
+
+def test_unknown_patch_type_is_415(core):
+    status, body, _ = error(lambda: patch(core, {"metadata": {}}, "application/apply-patch+yaml"))
+    assert status == 415 and body["reason"] == "UnsupportedMediaType"
+
+
+def test_resource_version_precondition_gives_409(api, core):
+    stale = api.node("n1")["metadata"]["resourceVersion"]
+    api.edit_node("n1", lambda n: n["metadata"]["labels"].update({"other": "x"}))
+    for call in (lambda: patch(core, {"metadata": {"resourceVersion": stale, "labels": {"a": "b"}}}),
+                 lambda: patch(core, [{"op": "replace", "path": "/metadata/resourceVersion", "value": stale}], JSON_PATCH),
+                 lambda: core.replace_node("n1", dict(api.node("n1"), metadata=dict(api.node("n1")["metadata"],
+                                                                                    resourceVersion=stale)))):
+        status, body, _ = error(call)
+        assert status == 409 and body["reason"] == "Conflict"
+        assert "the object has been modified" in body["message"] and body["details"]["name"] == "n1"
+    fresh = api.node("n1")
+    fresh["metadata"]["labels"]["put.example.com/x"] = "1"
+    put = raw(core.replace_node("n1", fresh, _preload_content=False))
+    assert put["metadata"]["labels"]["put.example.com/x"] == "1"
+    assert "a" not in api.node("n1")["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("body, reason, field, fragment", [
+    ({"metadata": {"labels": {"bad key": "x"}}}, "FieldValueInvalid", "metadata.labels",
+     'Invalid value: "bad key": name part must consist of alphanumeric characters'),
+    ({"metadata": {"labels": {"ok.example.com/k": "-bad"}}}, "FieldValueInvalid", "metadata.labels",
+     'Invalid value: "-bad": a valid label must be an empty string'),
+    ({"metadata": {"labels": {"ok.example.com/k": "v" * 64}}}, "FieldValueInvalid", "metadata.labels",
+     "must be no more than 63 characters"),
+    ({"metadata": {"labels": {"Upper.Example.com/k": "v"}}}, "FieldValueInvalid", "metadata.labels",
+     "prefix part a lowercase RFC 1123 subdomain"),
+    ({"metadata": {"annotations": {"example.com/huge": "x" * 300_000}}}, "FieldValueTooLong", "metadata.annotations",
+     "Too long: must have at most 262144 bytes"),
+    ({"spec": {"taints": [{"key": "example.com/t", "effect": "Sometimes"}]}}, "FieldValueNotSupported",
+     "spec.taints[0].effect", 'Unsupported value: "Sometimes": supported values: "NoSchedule"'),
+    ({"spec": {"taints": [{"key": "example.com/t"}]}}, "FieldValueRequired", "spec.taints[0].effect", "Required value"),
+    ({"spec": {"taints": [{"key": "example.com/t", "value": "a", "effect": "NoSchedule"},
+                          {"key": "example.com/t", "value": "b", "effect": "NoSchedule"}]}},
+     "FieldValueDuplicate", "spec.taints[1]", "taints must be unique by key and effect pair"),
+    ({"spec": {"taints": [{"key": "a/b/c", "effect": "NoSchedule"}]}}, "FieldValueInvalid", "spec.taints[0].key",
+     "a qualified name must consist of"),
+])
+def test_validation_errors_are_422_status_bodies(api, core, body, reason, field, fragment):
+    rv = api.node("n1")["metadata"]["resourceVersion"]
+    status, got, _ = error(lambda: patch(core, body))
+    assert status == 422 and got["kind"] == "Status" and got["reason"] == "Invalid" and got["code"] == 422
+    assert got["message"].startswith('Node "n1" is invalid: ')
+    assert got["details"]["name"] == "n1" and got["details"]["kind"] == "Node"
+    causes = got["details"]["causes"]
+    assert any(c["reason"] == reason and c["field"] == field and fragment in c["message"] for c in causes), causes
+    assert api.node("n1")["metadata"]["resourceVersion"] == rv
+
+
+def test_same_taint_key_with_two_effects_is_fine(core):
+    taints = [{"key": "example.com/t", "effect": "NoSchedule"}, {"key": "example.com/t", "effect": "NoExecute"}]
+    assert patch(core, {"spec": {"taints": taints}})["spec"]["taints"] == taints
+
+
+@pytest.mark.parametrize("name, value, fragment", [
+    ("example.com/half", "1500m", "must be an integer"),
+    ("example.com/neg", "-1", "must be greater than or equal to 0"),
+    ("kubernetes.io/thing", "1", "doesn't follow extended resource name standard"),
+    ("Example.com/x", "1", "prefix part a lowercase RFC 1123 subdomain"),
+    ("dongle", "1", "must be a standard resource type or fully qualified"),
+])
+def test_extended_resource_rules(core, name, value, fragment):
+    escaped = name.replace("/", "~1")
+    status, body, _ = error(lambda: patch(core, [{"op": "add", "path": f"/status/capacity/{escaped}", "value": value}],
+                                          JSON_PATCH, status=True))
+    assert status == 422
+    assert any(c["field"] == f"status.capacity.{name}" and fragment in c["message"] for c in body["details"]["causes"])
+
+
+def test_resource_names_pass_when_name_checks_are_off():
+    with FakeApiServer(check_resource_names=False) as api:  # what a real server does (reference 1.5)
+        api.add_node("n1")
+        core = api.core_api()
+        node = patch(core, [{"op": "add", "path": "/status/capacity/Example.com~1x", "value": "1"}], JSON_PATCH, status=True)
+        assert node["status"]["capacity"]["Example.com/x"] == "1"
+
+
+def test_status_subresource_and_kubelet_allocatable_copy(api, core):
+    ignored = patch(core, {"status": {"capacity": {"example.com/x": "3"}}, "metadata": {"labels": {"m": "1"}}})
+    assert "example.com/x" not in ignored["status"]["capacity"] and ignored["metadata"]["labels"]["m"] == "1"
+    node = patch(core, [{"op": "add", "path": "/status/capacity/example.com~1x", "value": "1000"}], JSON_PATCH, status=True)
+    assert node["status"]["capacity"]["example.com/x"] == "1k"  # stored canonical
+    assert node["status"]["allocatable"]["example.com/x"] == "1k"
+    assert node["status"]["allocatable"]["cpu"] == "4"
+    spec_ignored = patch(core, {"spec": {"taints": []}, "metadata": {"labels": {"via-status": "yes"}}}, status=True)
+    assert spec_ignored["spec"]["taints"] and spec_ignored["metadata"]["labels"]["via-status"] == "yes"
+    gone = patch(core, [{"op": "remove", "path": "/status/capacity/example.com~1x"}], JSON_PATCH, status=True)
+    assert "example.com/x" not in gone["status"]["capacity"] and "example.com/x" not in gone["status"]["allocatable"]
+    assert raw(core.read_node_status("n1", _preload_content=False))["status"]["capacity"]["cpu"] == "4"
+
+
+def test_quantities_are_canonical():
+    assert [canonical(q) for q in ("2", "1000", "2000m", "1024Mi", "1.5", "1536Ki", 3)] == \
+        ["2", "1k", "2", "1Gi", "1500m", "1536Ki", "3"]
+
+
+def test_empty_maps_are_omitted_like_go(api, core):
+    node = patch(core, {"metadata": {"labels": None, "annotations": None}, "spec": {"taints": None}})
+    assert "labels" not in node["metadata"] and "annotations" not in node["metadata"] and "taints" not in node["spec"]
+    status, _body, _ = error(lambda: patch(core, [{"op": "add", "path": "/metadata/annotations/a", "value": "b"}], JSON_PATCH))
+    assert status == 422  # the parent map is gone, as on a real server
+
+
+def test_watch_from_a_version_sees_changes_and_bookmarks(api, core):
+    rv = core.list_node(_request_timeout=TIMEOUT).metadata.resource_version
+    got: list[tuple[str, str]] = []
+    w = watch.Watch()
+
+    def consume():
+        for event in w.stream(core.list_node, field_selector="metadata.name=n1", resource_version=rv,
+                              allow_watch_bookmarks=True, timeout_seconds=5, _request_timeout=TIMEOUT):
+            obj = event["raw_object"]
+            got.append((event["type"], obj["metadata"].get("labels", {}).get("w", "")))
+            if event["type"] == "BOOKMARK":
+                w.stop()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    _wait(lambda: api.watches.count() == 1)
+    api.edit_node("n2", lambda n: n["metadata"]["labels"].update({"w": "other node"}))
+    api.edit_node("n1", lambda n: n["metadata"]["labels"].update({"w": "1"}))
+    _wait(lambda: got)
+    api.send_bookmarks()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert got == [("MODIFIED", "1"), ("BOOKMARK", "")]
+    assert w.resource_version == str(api.store.rv)  # the client took the bookmark's (latest) version
+    watches = [r for r in api.requests if r.query.get("watch") == "true"]
+    assert watches[0].query["resourceVersion"] == rv and watches[0].query["allowWatchBookmarks"] == "true"
+
+
+def test_watch_without_version_starts_with_added_and_ends_at_timeout(api, core):
+    events = list(watch.Watch().stream(core.list_node, timeout_seconds=1, _request_timeout=TIMEOUT))
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "n1"), ("ADDED", "n2")]
+
+
+def test_deleted_and_recreated_node_has_a_new_uid_and_watch_events(api, core):
+    rv = core.read_node("n1").metadata.resource_version
+    old_uid = api.node("n1")["metadata"]["uid"]
+    api.delete_node("n1")
+    api.add_node("n1")
+    events = list(watch.Watch().stream(core.list_node, field_selector="metadata.name=n1", resource_version=rv,
+                                       timeout_seconds=1, _request_timeout=TIMEOUT))
+    assert [e["type"] for e in events] == ["DELETED", "ADDED"]
+    assert events[1]["object"].metadata.uid != old_uid == events[0]["object"].metadata.uid
+
+
+def test_expired_versions_give_410(api, core):
+    rv = core.read_node("n1").metadata.resource_version
+    api.edit_node("n1", lambda n: None)
+    api.expire_resource_versions()
+    with pytest.raises(ApiException) as info:  # the client retries the in-stream 410 once, then raises
+        list(watch.Watch().stream(core.list_node, resource_version=rv, _request_timeout=TIMEOUT))
+    assert info.value.status == 410 and "too old resource version" in str(info.value.reason)
+    fresh = core.read_node("n1").metadata.resource_version  # a new read is fine again
+    assert list(watch.Watch().stream(core.list_node, resource_version=fresh, timeout_seconds=1,
+                                     _request_timeout=TIMEOUT)) == []
+
+
+def test_open_watches_expire_or_drop(api, core):
+    w_rv = core.list_node().metadata.resource_version
+    outcome: dict[str, object] = {}
+
+    def consume(key):
+        try:
+            outcome[key] = list(watch.Watch().stream(core.list_node, resource_version=w_rv, timeout_seconds=10,
+                                                     _request_timeout=TIMEOUT))
+        except ApiException as exc:
+            outcome[key] = exc.status
+
+    thread = threading.Thread(target=consume, args=("expired",), daemon=True)
+    thread.start()
+    _wait(lambda: api.watches.count() == 1)
+    api.expire_resource_versions()
+    thread.join(10)
+    assert outcome["expired"] == 410
+
+    w_rv = core.list_node().metadata.resource_version
+    thread = threading.Thread(target=consume, args=("dropped",), daemon=True)
+    thread.start()
+    _wait(lambda: api.watches.count() == 1)
+    assert api.drop_watches() == 1
+    thread.join(10)
+    assert outcome["dropped"] == []  # ended cleanly mid-stream, long before its timeout
+
+
+def test_http_410_mode():
+    with FakeApiServer(watch_410="http") as api:
+        api.add_node("n1")
+        api.edit_node("n1", lambda n: None)
+        api.expire_resource_versions()
+        status, body, _ = error(lambda: api.core_api().list_node(watch=True, resource_version="1", _preload_content=False))
+        assert status == 410 and body["reason"] == "Expired"
+
+
+def test_faults_fail_throttle_and_scope(api, core):
+    api.faults.fail(503, count=2, retry_after=2)
+    for _ in range(2):
+        status, body, headers = error(lambda: core.read_node("n1"))
+        assert status == 503 and body["reason"] == "ServiceUnavailable" and headers["Retry-After"] == "2"
+    assert core.read_node("n1").metadata.name == "n1"
+    api.faults.throttle(retry_after=3, count=1)
+    status, body, headers = error(lambda: core.read_node("n1"))
+    assert status == 429 and headers["Retry-After"] == "3" and body["reason"] == "TooManyRequests"
+    api.faults.fail(500, count=1, verb="PATCH", path="/status")
+    assert core.read_node("n1")  # not matched: a GET
+    assert patch(core, {"metadata": {"labels": {"x": "1"}}})  # not matched: main resource
+    status, _body, _ = error(lambda: patch(core, {"metadata": {"labels": {"y": "1"}}}, status=True))
+    assert status == 500 and api.faults.pending() == 0
+
+
+def test_refused_and_slow_requests(api, core):
+    api.faults.refuse_connections(count=1)
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        core.read_node("n1", _request_timeout=TIMEOUT)
+    api.faults.refuse_connections(count=1, reset=True)
+    with pytest.raises((urllib3.exceptions.HTTPError, OSError)):
+        core.read_node("n1", _request_timeout=TIMEOUT)
+    api.faults.slow(1.0, count=1)
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        core.read_node("n1", _request_timeout=(2.0, 0.2))
+    assert core.read_node("n1", _request_timeout=TIMEOUT).metadata.name == "n1"
+    _wait(lambda: len(api.requests) == 4)  # the slow one is logged when the server answers it
+    log = sorted(api.requests, key=lambda r: r.at)
+    assert [r.fault for r in log] == ["refuse", "refuse", "slow", None]
+    assert [r.status for r in log] == [0, 0, 200, 200]
+
+
+def test_request_log_and_write_counts(api, core):
+    api.clear_requests()
+    core.read_node("n1")
+    patch(core, {"metadata": {"labels": {"x": "1"}}})
+    patch(core, [{"op": "add", "path": "/status/capacity/example.com~1x", "value": "1"}], JSON_PATCH, status=True)
+    error(lambda: patch(core, {"metadata": {"labels": {"bad key": "1"}}}))
+    patch(core, {"metadata": {"labels": {"x": "1"}}}, name="n2")
+    log = api.requests
+    assert [(r.method, r.path, r.status) for r in log] == [
+        ("GET", "/api/v1/nodes/n1", 200), ("PATCH", "/api/v1/nodes/n1", 200), ("PATCH", "/api/v1/nodes/n1/status", 200),
+        ("PATCH", "/api/v1/nodes/n1", 422), ("PATCH", "/api/v1/nodes/n2", 200)]
+    assert log[1].body == {"metadata": {"labels": {"x": "1"}}} and log[1].content_type == MERGE
+    assert log[2].content_type == JSON_PATCH and log[0].body is None
+    assert len(api.writes("n1")) == 2 and len(api.writes()) == 3
+    api.reset_requests()
+    assert api.requests == [] and api.writes() == []
+
+
+def test_events_core_and_events_k8s_io(api, core):
+    body = {"metadata": {"generateName": "n1."}, "involvedObject": {"kind": "Node", "name": "n1"},
+            "reason": "Tested", "message": "hello", "type": "Normal"}
+    created = raw(core.create_namespaced_event("default", body, _preload_content=False))
+    assert created["metadata"]["name"].startswith("n1.") and created["metadata"]["namespace"] == "default"
+    events_api = client.EventsV1Api(client.ApiClient(api.client_configuration()))
+    events_api.create_namespaced_event("default", {"metadata": {"name": "e2"}, "regarding": {"kind": "Node", "name": "n1"},
+                                                   "reason": "Tested", "note": "new api", "action": "Test",
+                                                   "reportingController": "x", "reportingInstance": "y",
+                                                   "eventTime": "2024-01-01T00:00:00.000000Z"})
+    assert [e["reason"] for e in api.events()] == ["Tested", "Tested"]
+    listed = core.list_event_for_all_namespaces(field_selector="involvedObject.name=n1").items
+    assert [e.message for e in listed] == ["hello"]
+    nameless = urllib3.PoolManager().request("POST", f"{api.url}/api/v1/namespaces/default/events",
+                                             json={"involvedObject": {"name": "n1"}}, timeout=5.0)
+    got = json.loads(nameless.data)
+    assert nameless.status == 422 and got["details"]["causes"][0]["field"] == "metadata.name"
+
+
+def test_pods_listing_and_eviction(api, core):
+    api.add_pod("apps", "p1", "n1", node_selector={"accelerators/edgetpu": "true"})
+    api.add_pod("apps", "p2", "n2")
+    pods = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=n1").items
+    assert [p.metadata.name for p in pods] == ["p1"] and pods[0].spec.node_selector == {"accelerators/edgetpu": "true"}
+    core.create_namespaced_pod_eviction("p1", "apps", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                       "metadata": {"name": "p1", "namespace": "apps"}})
+    assert [p["metadata"]["name"] for p in api.pods()] == ["p2"]
+    status, _body, _ = error(lambda: core.create_namespaced_pod_eviction("p1", "apps", {"metadata": {"name": "p1"}}))
+    assert status == 404
+
+
+def test_second_writer_races_and_stops(api, core):
+    with api.second_writer("n1", interval=0.01) as writer:
+        _wait(lambda: writer.edits >= 3)
+        stale = core.read_node("n1").metadata.resource_version
+        _wait(lambda: api.node("n1")["metadata"]["resourceVersion"] != stale)
+        status, _body, _ = error(lambda: patch(core, {"metadata": {"resourceVersion": stale, "labels": {"a": "b"}}}))
+        assert status == 409
+    edits = writer.edits
+    node = api.node("n1")
+    assert node["metadata"]["labels"][writer.LABEL] == str(edits) and writer.errors == []
+    assert {"key": writer.TAINT, "value": str(edits), "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"} in node["spec"]["taints"]
+
+
+def test_stop_ends_open_watches_without_hanging():
+    api = FakeApiServer().start()
+    api.add_node("n1")
+    core = api.core_api()
+    ended = threading.Event()
+
+    def consume():
+        try:
+            list(watch.Watch().stream(core.list_node, timeout_seconds=60, _request_timeout=(2.0, 30.0)))
+        except Exception:  # the connection is cut: any error is fine, hanging is not
+            pass
+        ended.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    _wait(lambda: api.watches.count() == 1)
+    api.stop()
+    assert ended.wait(10)
+
+
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl is not installed here: the kubectl test is skipped")
+def test_kubectl_get_label_patch(api, tmp_path):
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+
+    def kubectl(*args: str) -> str:
+        done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"), *args],
+                              capture_output=True, text=True, timeout=60, env=dict(os.environ, HOME=str(tmp_path)))
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert [i["metadata"]["name"] for i in json.loads(kubectl("get", "nodes", "-o", "json"))["items"]] == ["n1", "n2"]
+    assert "n1" in kubectl("get", "nodes") and "Ready" in kubectl("get", "nodes")
+    kubectl("label", "node", "n1", "kubectl.example.com/x=y")
+    assert kubectl("get", "node", "n1", "-o", "jsonpath={.metadata.labels.kubectl\\.example\\.com/x}") == "y"
+    kubectl("patch", "node", "n1", "--subresource=status", "--type=json",
+            "-p", '[{"op":"add","path":"/status/capacity/example.com~1dongle","value":"4"}]')
+    assert "example.com/dongle: \"4\"" in kubectl("get", "node", "n1", "-o", "yaml")
+    assert api.node("n1")["status"]["allocatable"]["example.com/dongle"] == "4"
+    kubectl("taint", "node", "n1", "kubectl.example.com/t=v:NoSchedule")
+    assert {"key": "kubectl.example.com/t", "value": "v", "effect": "NoSchedule"} in api.node("n1")["spec"]["taints"]
+    assert len(api.writes("n1")) == 3
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    """Poll until ``predicate()`` (bounded: a stuck condition fails, never hangs)."""
+    done = threading.Event()
+    deadline = timeout
+    step = 0.01
+    while not predicate():
+        if deadline <= 0:
+            raise AssertionError("condition not reached within the bound")
+        done.wait(step)
+        deadline -= step
