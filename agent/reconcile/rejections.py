@@ -65,7 +65,9 @@ def _resource_items(field: str, message: str, ops: Sequence[Mapping[str, Any]]) 
     if bracket and bracket.group(1) in names:
         return {("resource", bracket.group(1))}
     quoted = _quoted(message)
-    return {("resource", n) for n in names if n in quoted or f"[{n}]" in field}
+    # the real server's path is dotted: field.NewPath("status", "capacity", name) -> status.capacity.<name>
+    dotted = {n for n in names if field in (f"status.capacity.{n}", f"status.allocatable.{n}")}
+    return {("resource", n) for n in names if n in quoted or f"[{n}]" in field} | {("resource", n) for n in dotted}
 
 
 def rejected_items(

@@ -625,10 +625,10 @@ class FakeApiServer:
             for section in ("capacity", "allocatable"):
                 if isinstance(status.get(section), dict):
                     status[section] = {k: quantity.canonical(v) for k, v in status[section].items()}
-            self._kubelet_sync(before, candidate)
             causes = validation.validate_node(candidate, check_resource_names=self.check_resource_names)
             if causes:
                 raise invalid_error("Node", name, causes)
+            self._kubelet_sync(before, candidate)  # kubelet's own later write: never part of the 422
             return candidate
 
         try:

@@ -1,0 +1,34 @@
+"""A 422 on ``/status`` names the refused resource the way the real server does
+(``status.capacity.<name>``, dotted, from ``field.NewPath("status", "capacity", name)``), and
+the reconciler blames exactly that resource. The cause comes from the in-repo API server."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.reconcile import Invalid, NodeApi
+from agent.reconcile.rejections import rejected_items
+
+FakeApiServer = pytest.importorskip("tests.support.apiserver").FakeApiServer
+
+
+def test_dotted_capacity_path_blames_that_resource_only():
+    ops = [{"op": "add", "path": "/status/capacity/example.com~1half", "value": "1500m"},
+           {"op": "add", "path": "/status/capacity/example.com~1fine", "value": "2"}]
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        api = NodeApi.from_configuration(server.client_configuration(), request_timeout=(2.0, 5.0))
+        with pytest.raises(Invalid) as info:
+            api.patch_status("n1", ops)
+    causes = info.value.causes
+    assert [c.field for c in causes] == ["status.capacity.example.com/half"]
+    assert rejected_items(causes, info.value.message, status_ops=ops) == {("resource", "example.com/half")}
+
+
+def test_allocatable_path_too():
+    from agent.reconcile.node_api import StatusCause
+
+    ops = [{"op": "add", "path": "/status/allocatable/example.com~1x", "value": "-1"}]
+    cause = StatusCause("FieldValueInvalid", 'Invalid value: "-1": must be greater than or equal to 0',
+                        "status.allocatable.example.com/x")
+    assert rejected_items([cause], "", status_ops=ops) == {("resource", "example.com/x")}
