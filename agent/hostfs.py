@@ -16,6 +16,7 @@ import errno
 import fnmatch
 import os
 import posixpath
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +28,11 @@ _MAX_LINK_HOPS = 40
 #: errno values that mean "this attribute is not there (any more)" on sysfs/procfs:
 #: the file is missing, or the device went away between listing and reading it.
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ENOTDIR})
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """``open`` that cannot hang on a FIFO with no writer (no effect on regular files)."""
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 class HostFileError(OSError):
@@ -140,11 +146,20 @@ class HostFS:
             self._recorder(self._normalise(host_path))
 
     def read_bytes(self, host_path: str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:
-        """Raw content (at most ``max_bytes``); :class:`HostFileError` on any failure."""
+        """Raw content (at most ``max_bytes``); :class:`HostFileError` on any failure.
+
+        Only regular files are read (sysfs and procfs attributes are regular files): a FIFO
+        planted in the host tree would block a plain open, and discovery, forever, so files
+        are opened non-blocking and anything but a regular file is refused.
+        """
         self._record(host_path)
         try:
-            with open(self._real(self._normalise(host_path)), "rb") as handle:
+            with open(self._real(self._normalise(host_path)), "rb", opener=_open_nonblocking) as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
                 return handle.read(max_bytes)
+        except HostFileError:
+            raise
         except OSError as exc:
             missing = exc.errno in _GONE_ERRNOS
             reason = "missing" if missing else (exc.strerror or type(exc).__name__)

@@ -55,6 +55,21 @@ class _Probe:
             self.error(path, f"unreadable: {exc.reason}")
             return None
 
+    def listdir(self, path: str) -> list[str]:
+        """Entries of a directory; ``[]`` when missing, error + ``[]`` when it is not a directory."""
+        try:
+            return self.host.listdir(path)
+        except HostFileError as exc:
+            self.error(path, f"unlistable: {exc.reason}")
+            return []
+
+    def glob(self, pattern: str) -> list[str]:
+        try:
+            return self.host.glob(pattern)
+        except HostFileError as exc:
+            self.error(exc.host_path, f"unlistable: {exc.reason}")
+            return []
+
     def integer(self, path: str) -> int | None:
         value = self.attr(path)
         if value is None:
@@ -231,7 +246,7 @@ def _pstate(probe: _Probe) -> dict[str, str]:
     if status != "active":
         return attrs
     governor = ""
-    for policy in probe.host.glob(f"{CPU_SYSFS}/cpufreq/policy*"):
+    for policy in probe.glob(f"{CPU_SYSFS}/cpufreq/policy*"):
         if not probe.attr(f"{policy}/affected_cpus"):
             continue
         current = probe.attr(f"{policy}/scaling_governor")
@@ -251,7 +266,7 @@ def _security(probe: _Probe, flags: frozenset[str]) -> dict[str, str]:
     attrs: dict[str, str] = {}
     if "SGX" in flags:
         epc = 0
-        for node in probe.host.glob("/sys/devices/system/node/node*"):
+        for node in probe.glob("/sys/devices/system/node/node*"):
             size = probe.integer(f"{node}/x86/sgx_total_bytes")
             if size is not None and size > 0:
                 epc += size
@@ -282,7 +297,7 @@ def _misc_capacity(probe: _Probe, resource: str, key: str, attrs: dict[str, str]
         for line in text.splitlines():
             name, _, value = line.partition(" ")
             if name == resource:
-                if value.strip().isdigit():
+                if value.strip().isascii() and value.strip().isdigit():  # not "²": int() rejects it
                     attrs[key] = str(int(value))
                 else:
                     probe.error(path, f"{resource}: capacity not a number: {value[:40]!r}")
@@ -291,7 +306,7 @@ def _misc_capacity(probe: _Probe, resource: str, key: str, attrs: dict[str, str]
 
 def _topology(probe: _Probe) -> dict[str, str]:
     """SMT (any sibling list with ``,`` or ``-``) and socket count; nothing if a CPU is unreadable."""
-    cpus = probe.host.listdir("/sys/bus/cpu/devices")
+    cpus = probe.listdir("/sys/bus/cpu/devices")
     if not cpus:
         return {}
     smt = False

@@ -180,7 +180,8 @@ def x86_htt(fields: Mapping[str, str]) -> bool:
     if "ht" not in fields.get("flags", "").split():
         return False
     siblings, cores = fields.get("siblings", ""), fields.get("cpu cores", "")
-    return siblings.isdigit() and cores.isdigit() and int(siblings) > int(cores)
+    numbers = siblings.isascii() and siblings.isdigit() and cores.isascii() and cores.isdigit()  # not "²"
+    return numbers and int(siblings) > int(cores)
 
 
 def x86_levels(flags: set[str] | frozenset[str]) -> set[str]:

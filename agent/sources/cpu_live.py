@@ -75,6 +75,8 @@ def recorded_facts(host: HostFS) -> dict[str, Any] | None:
         data = json.loads(text)
     except ValueError as exc:
         raise LiveFactsError(f"not JSON: {exc}") from exc
+    except RecursionError as exc:  # "[[[[..." nested deeper than the parser's stack
+        raise LiveFactsError("not JSON: nested too deeply") from exc
     if not isinstance(data, dict):
         raise LiveFactsError("not a JSON object")
     facts: dict[str, Any] = {}

@@ -32,6 +32,11 @@ def quantity_name(size_kb: int) -> str:
     return str(size)
 
 
+def is_number(text: str) -> bool:
+    """ASCII decimal digits only: ``str.isdigit`` also accepts ``²`` or ``١``, which ``int`` rejects."""
+    return text.isascii() and text.isdigit()
+
+
 def count_nonempty_lines(text: str) -> int:
     return sum(1 for line in text.splitlines() if line.strip())
 
@@ -42,7 +47,7 @@ def meminfo_total_bytes(text: str) -> int | None:
         key, _, rest = line.partition(":")
         if key == "MemTotal":
             parts = rest.split()
-            if len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB" and len(parts[0]) < 16:
+            if len(parts) == 2 and is_number(parts[0]) and parts[1] == "kB" and len(parts[0]) < 16:
                 return int(parts[0]) * 1024
             return None
     return None
@@ -131,14 +136,14 @@ def _hugepages(host: HostFS, read, error) -> dict[str, str]:
     attrs = {"enabled": "false"}
     for pool in pools:
         size = posixpath.basename(pool)[len("hugepages-"):-len("kB")]
-        if not size.isdigit() or int(size) <= 0:
+        if not is_number(size) or int(size) <= 0:
             error(pool, "not a hugepages-<N>kB pool")
             continue
         path = f"{pool}/nr_hugepages"
         count = read(path)
         if count is None:
             continue
-        if not count.isdigit():
+        if not is_number(count):
             error(path, f"not a page count: {count[:40]!r}")
             continue
         if int(count) > 0:

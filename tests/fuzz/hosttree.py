@@ -1,7 +1,7 @@
 """Generated host trees for fuzzing: a tree *spec* (host path -> node) and its builder.
 
 A spec maps host-absolute paths to nodes: ``("file", bytes)``, ``("dir",)``,
-``("link", target)`` or ``("missing",)`` (the same as leaving the path out, but it overrides
+``("link", target)``, ``("fifo",)`` or ``("missing",)`` (the same as leaving the path out, but it overrides
 an earlier fragment when specs are merged).  Strategies here produce
 hostile contents (invalid UTF-8, NULs, huge lines, empty files, odd Unicode digits) and
 hostile node kinds (directories where files are expected, dangling links, link loops) mixed
@@ -35,8 +35,12 @@ FUZZ_SETTINGS = dict(
 
 
 def fuzz(max_examples: int):
-    """The settings every fuzz test uses; only the example count differs."""
-    return settings(max_examples=max_examples, **FUZZ_SETTINGS)
+    """The settings every fuzz test uses; only the example count differs.
+
+    ``NFA_FUZZ_SCALE=20`` multiplies every count for a long local campaign; CI runs scale 1.
+    """
+    scale = max(1, int(os.environ.get("NFA_FUZZ_SCALE", "1") or 1))
+    return settings(max_examples=max_examples * scale, **FUZZ_SETTINGS)
 
 
 # -- building -----------------------------------------------------------------------------
@@ -47,7 +51,7 @@ def build(root: Path, spec: Spec) -> None:
     Directories first, then files, then links, each in path order, so the same spec always
     yields the same tree.
     """
-    order = {"missing": -1, "dir": 0, "file": 1, "link": 2}
+    order = {"missing": -1, "dir": 0, "file": 1, "fifo": 1, "link": 2}
     for host_path, node in sorted(spec.items(), key=lambda item: (order[item[1][0]], item[0])):
         if node[0] == "missing":
             continue
@@ -55,6 +59,9 @@ def build(root: Path, spec: Spec) -> None:
         try:
             if node[0] == "dir":
                 path.mkdir(parents=True, exist_ok=True)
+            elif node[0] == "fifo":  # would hang a blocking open(): the seam must refuse it
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.mkfifo(path)
             elif node[0] == "file":
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if path.is_dir() and not path.is_symlink():
@@ -130,6 +137,7 @@ def slot(path: str, contents: st.SearchStrategy[bytes], *, weight_file: int = 6)
         *([contents.map(lambda b: {path: ("file", b)})] * weight_file),
         st.just({path: ("missing",)}),
         st.just({path: ("dir",)}),                               # a directory where a file belongs
+        st.just({path: ("fifo",)}),                              # a named pipe (no writer)
         st.just({path: ("link", "/does/not/exist")}),            # dangling absolute link
         st.just({path: ("link", name)}),                         # link to itself (loop)
         st.just({path: ("link", name + ".b"), path + ".b": ("link", name)}),  # two-link loop

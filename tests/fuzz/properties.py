@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from hypothesis import event
+from hypothesis.control import currently_in_test_context
 
 from agent.discovery import DiscoveryConfig, run_source
 from agent.features import NFD_PREFIX, SourceError, SourceResult
@@ -73,7 +74,8 @@ def check_source(name: str, root: Path, config: DiscoveryConfig | None = None, *
     for key in dropped:
         assert any("dropped" in e.message and key in e.message for e in result.errors), key
 
-    event(f"{name}: {'labels' if result.labels else 'no labels'}, {'errors' if result.errors else 'no errors'}")
+    if currently_in_test_context():  # coverage figures for --hypothesis-show-statistics
+        event(f"{name}: {'labels' if result.labels else 'no labels'}, {'errors' if result.errors else 'no errors'}")
     first = snapshot(result)
     json.dumps(first)
     again = snapshot(run_source(name, HostFS(root), config))

@@ -1,0 +1,129 @@
+"""Fuzz the cpu source: /proc/cpuinfo (x86 and ARM layouts, flags), the recorded live-facts
+JSON, and the sysfs files behind cstate, pstate, security, topology and hypervisor."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.discovery import DiscoveryConfig
+from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, X86_FLAGS, parse_first_block
+from agent.sources.cpu_live import LIVE_FACTS_PATH
+from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, huge, merge, slot, slots, value_bytes
+from tests.fuzz.properties import check_source
+
+FLAG_NAMES = sorted(X86_FLAGS) + sorted(ARM64_HWCAPS) + sorted(ARM32_HWCAPS) + ["ht", "ibrs", "cqm", "cat_l3", "mba"]
+KEYS = ["processor", "vendor_id", "cpu family", "model", "model name", "flags", "Features", "CPU implementer",
+        "CPU architecture", "CPU variant", "CPU part", "CPU revision", "siblings", "cpu cores", "BogoMIPS"]
+NUMBERS = ["0", "6", "25", "143", "0x41", "0xd08", "0x1", "8", "7", "-1", "0x100", "1e3", "", "99999999999", "0xzz"] + ODD_DIGITS
+VENDORS = ["GenuineIntel", "AuthenticAMD", "HygonGenuine", "  GenuineIntel  ", "Martian", ""]
+
+FLAG_LINE = st.lists(st.one_of(st.sampled_from(FLAG_NAMES), st.text(min_size=1, max_size=8)), max_size=40).map(" ".join)
+VALUE = st.one_of(st.sampled_from(NUMBERS), st.sampled_from(VENDORS), st.text(max_size=20))
+LINE = st.one_of(
+    st.tuples(st.sampled_from(KEYS), st.sampled_from(["\t: ", ": ", ":", " : "]), VALUE).map("".join),
+    st.tuples(st.sampled_from(["flags", "Features"]), st.just("\t: "), FLAG_LINE).map("".join),
+    st.text(max_size=30),
+    st.just(""),
+)
+X86_BLOCK = st.tuples(st.sampled_from(VENDORS), st.sampled_from(NUMBERS), st.sampled_from(NUMBERS), FLAG_LINE,
+                      st.sampled_from(NUMBERS), st.sampled_from(NUMBERS)).map(
+    lambda t: f"processor\t: 0\nvendor_id\t: {t[0]}\ncpu family\t: {t[1]}\nmodel\t\t: {t[2]}\n"
+              f"siblings\t: {t[4]}\ncpu cores\t: {t[5]}\nflags\t\t: {t[3]}\n")
+ARM_BLOCK = st.tuples(st.sampled_from(NUMBERS), st.sampled_from(NUMBERS), st.sampled_from(NUMBERS),
+                      st.sampled_from(NUMBERS), st.sampled_from(["8", "7", "6", "5TEJ", "AArch64", ""]), FLAG_LINE).map(
+    lambda t: f"processor\t: 0\nFeatures\t: {t[5]}\nCPU implementer\t: {t[0]}\nCPU architecture: {t[4]}\n"
+              f"CPU variant\t: {t[1]}\nCPU part\t: {t[2]}\nCPU revision\t: {t[3]}\n")
+RANDOM_BLOCK = st.lists(LINE, max_size=12).map("\n".join)
+CPUINFO = st.one_of(
+    st.tuples(st.sampled_from(["", "\n", "\n\n"]), st.lists(st.one_of(X86_BLOCK, ARM_BLOCK, RANDOM_BLOCK), min_size=1, max_size=3))
+    .map(lambda t: (t[0] + "\n".join(t[1])).encode()),
+    st.tuples(X86_BLOCK, JUNK_BYTES).map(lambda t: t[0].encode() + t[1]),         # junk after the first block
+    st.tuples(JUNK_BYTES, X86_BLOCK).map(lambda t: t[0] + t[1].encode()),         # junk inside the first block
+    st.binary(max_size=200),
+    huge(b"flags\t: sse "),                                                      # one absurd block
+    st.just(b"flags\t: " + b"avx2 " * 60000 + b"\n\n"),
+)
+
+JSON_VALUE = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                          max_leaves=8)
+FACTS = st.fixed_dictionaries({}, optional={
+    "arch": st.sampled_from(["X86_64", "aarch64", "ARM_8", "armv7l", "riscv"]) | JSON_VALUE,
+    "vendor_id": st.sampled_from(VENDORS) | JSON_VALUE,
+    "family": st.integers(-5, 300) | JSON_VALUE, "model": st.integers(-5, 300) | JSON_VALUE,
+    "flags": st.lists(st.sampled_from(FLAG_NAMES), max_size=20) | JSON_VALUE,
+})
+LIVE_FACTS = st.one_of(
+    FACTS.map(lambda d: json.dumps(d).encode()),
+    JSON_VALUE.map(lambda v: json.dumps(v).encode()),
+    st.integers(1, 70000).map(lambda n: b"[" * n),                 # nesting bomb
+    st.integers(1, 70000).map(lambda n: b'{"a":' * n),
+    JUNK_BYTES, st.binary(max_size=40),
+)
+
+CPU = "/sys/devices/system/cpu"
+SYSFS = slots({
+    f"{CPU}/cpuidle/current_driver": value_bytes(["intel_idle", "acpi_idle", "none"]),
+    "/sys/module/intel_idle/parameters/max_cstate": value_bytes(["0", "9", "-1", "x"]),
+    f"{CPU}/intel_pstate/status": value_bytes(["active", "passive", "off", "weird value!", "a" * 70]),
+    f"{CPU}/intel_pstate/no_turbo": value_bytes(["0", "1", ""]),
+    f"{CPU}/cpufreq/policy0/affected_cpus": value_bytes(["0", "0 1", ""]),
+    f"{CPU}/cpufreq/policy0/scaling_governor": value_bytes(["performance", "powersave", "bad gov"]),
+    f"{CPU}/cpufreq/policy1/affected_cpus": value_bytes(["1", ""]),
+    f"{CPU}/cpufreq/policy1/scaling_governor": value_bytes(["performance", "schedutil"]),
+    "/sys/devices/system/node/node0/x86/sgx_total_bytes": value_bytes(["0", "4096", "-5", "1" * 30]),
+    "/sys/module/kvm_intel/parameters/tdx": value_bytes(["Y", "N"]),
+    "/sys/module/kvm_amd/parameters/sev": value_bytes(["1", "Y", "0", "N"]),
+    "/sys/module/kvm_amd/parameters/sev_es": value_bytes(["1", "Y", "0"]),
+    "/sys/module/kvm_amd/parameters/sev_snp": value_bytes(["1", "Y", "0"]),
+    "/sys/fs/cgroup/misc.capacity": value_bytes(["sev 509\nsev_es 99\ntdx 31", "sev x", "tdx \u00b2", "sev"]),
+    "/sys/hypervisor/type": value_bytes(["xen", "kvm"]),
+    "/sys/devices/system/clocksource/clocksource0/available_clocksource":
+        value_bytes(["tsc kvm-clock acpi_pm", "hyperv_clocksource_tsc_page", "xen", "tsc"]),
+    "/sys/devices/virtual/dmi/id/sys_vendor": value_bytes(["QEMU", "VMware, Inc.", "Amazon EC2", "Dell Inc."]),
+    "/sys/bus/cpu/devices/cpu0/topology/thread_siblings_list": value_bytes(["0", "0,4", "0-1"]),
+    "/sys/bus/cpu/devices/cpu0/topology/physical_package_id": value_bytes(["0", "1"]),
+    "/sys/bus/cpu/devices/cpu1/topology/thread_siblings_list": value_bytes(["1", "1,5"]),
+    "/sys/bus/cpu/devices/cpu1/topology/physical_package_id": value_bytes(["0", "1"]),
+})
+WRONG_KIND = st.lists(st.sampled_from([
+    "/sys/bus/cpu/devices", "/sys/devices/system/node", f"{CPU}/cpufreq", f"{CPU}/intel_pstate",
+    "/sys/bus/cpu/devices/cpu0", "/sys/bus/cpu/devices/cpu0/topology", "/sys/devices/system/node/node0",
+]), max_size=2, unique=True).map(lambda paths: {p: ("file", b"0\n") for p in paths})
+
+CONFIGS = st.builds(DiscoveryConfig, cpuid_whitelist=st.sampled_from([(), ("AVX2", "SSE"), ("NOPE",)]))
+
+
+@st.composite
+def cpu_tree(draw) -> dict:
+    spec = draw(slot("/proc/cpuinfo", CPUINFO, weight_file=12))
+    if draw(st.booleans()):
+        spec.update(draw(slot(LIVE_FACTS_PATH, LIVE_FACTS)))
+    if draw(st.booleans()):
+        spec.update(draw(SYSFS))
+    return merge(spec, draw(WRONG_KIND))
+
+
+@fuzz(400)
+@given(spec=cpu_tree(), config=CONFIGS)
+def test_cpu_source_survives_any_tree(spec, config):
+    with host_tree(spec) as root:
+        # pstate status / scaling_governor are host text copied into values: discovery drops
+        # the invalid ones with an error (checked), so the source itself is not strict
+        result = check_source("cpu", root, config, strict=False)
+    for key, value in result.labels.items():
+        if ".cpuid." in key or key.endswith(("model.family", "model.id")):
+            assert value == "true" or value.isdigit(), (key, value)
+
+
+@fuzz(300)
+@given(text=st.text(max_size=400))
+def test_parse_first_block_total(text):
+    """Pure parser: any text gives a block whose fields come from the text's first block."""
+    block = parse_first_block(text)
+    assert block.arch in ("", "x86", "arm", "arm64")
+    for key, value in block.fields.items():
+        assert key == key.strip() and value == value.strip()
