@@ -65,9 +65,9 @@ class HostFS:
 
     @staticmethod
     def _normalise(host_path: str) -> str:
-        if not host_path.startswith("/"):
-            host_path = "/" + host_path
-        return posixpath.normpath(host_path)
+        # normpath keeps exactly two leading slashes ("//x" stays "//x", POSIX lets them mean
+        # something); resolving such a path recursed forever, so every path gets exactly one
+        return posixpath.normpath("/" + host_path.lstrip("/"))
 
     def _under_root(self, norm: str) -> str:
         """Real path of a normalised host path, no symlinks followed."""

@@ -103,3 +103,15 @@ def test_fifo_in_host_tree_does_not_hang():
     assert result.labels == {"feature.node.kubernetes.io/system-os_release.ID": "debian"}
     assert ["/etc/os-release: unreadable: not a regular file (FIFO, socket or device node)"] == messages(result)
     json.dumps([e.to_json() for e in result.errors])
+
+
+def test_hostfs_double_leading_slash():
+    """``posixpath.normpath`` keeps ``//``; resolving ``//x`` recursed until RecursionError
+    (reachable from configured paths such as ``--kernel-config-file=//boot/config``)."""
+    with host_tree({"/etc/os-release": ("file", b"ID=debian\n"),
+                    "/etc/nfd/features.d/f": ("file", b"gpu=true\n")}) as root:
+        host = HostFS(root)
+        assert host.resolve("//") == "/" and host.resolve("//etc//os-release") == "/etc/os-release"
+        assert host.read_bytes("//etc/os-release") == b"ID=debian\n"
+        result = check_source("local", root, DiscoveryConfig(local_features_dir="//etc/nfd/features.d"))
+    assert result.labels == {"feature.node.kubernetes.io/gpu": "true"}

@@ -1,0 +1,62 @@
+"""Fuzz the HostFS seam itself: arbitrary link webs (relative, absolute, ``..``-heavy, loops)
+and arbitrary query paths must never reach outside the host root, and every failure must be
+a ``HostFileError`` (never another exception type)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.hostfs import HostFileError, HostFS
+from tests.fuzz.hosttree import build, fuzz
+
+SECRET = b"outside-the-host-root\n"
+SEGMENTS = ["a", "b", "sys", "link", "loop", "..", ".", "", "outside", "secret", "f"]
+SEGMENT_PATH = st.lists(st.sampled_from(SEGMENTS), max_size=8).map("/".join)
+TARGET = st.one_of(
+    SEGMENT_PATH,
+    SEGMENT_PATH.map(lambda p: "/" + p),
+    st.integers(1, 6).map(lambda n: "../" * n + "outside/secret"),
+    st.just("{outside}"),                      # the real absolute path of the secret file
+)
+NODE = st.one_of(st.tuples(st.just("link"), TARGET), st.just(("dir",)), st.just(("file", b"inside\n")))
+TREE = st.dictionaries(st.lists(st.sampled_from(["a", "b", "sys", "link", "loop", "f"]), min_size=1, max_size=4)
+                       .map(lambda parts: "/" + "/".join(parts)), NODE, max_size=10)
+
+
+@fuzz(400)
+@given(tree=TREE, queries=st.lists(SEGMENT_PATH, min_size=1, max_size=6))
+def test_hostfs_never_escapes_root(tree, queries):
+    with tempfile.TemporaryDirectory(prefix="nfa-fuzz-") as tmp:
+        outside = Path(tmp) / "outside"
+        outside.mkdir()
+        (outside / "secret").write_bytes(SECRET)
+        root = Path(tmp) / "host"
+        root.mkdir()
+        spec = {p: (("link", n[1].replace("{outside}", str(outside / "secret"))) if n[0] == "link" else n)
+                for p, n in tree.items()}
+        build(root, spec)
+        host = HostFS(root)
+        for query in queries:
+            try:
+                data = host.read_bytes(query)
+            except HostFileError:
+                data = None
+            assert data != SECRET, f"{query!r} read a file outside the host root"
+            try:
+                real = os.path.realpath(host.real_path(query))
+                assert real == str(root) or real.startswith(str(root) + os.sep) or not os.path.exists(real), real
+                assert host.resolve(query).startswith("/")
+                host.listdir(query)
+            except HostFileError:
+                pass
+            for check in (host.exists, host.is_dir, host.is_file, host.is_link, host.readlink, host.link_name):
+                check(query)  # total: never raises
+            try:
+                host.glob(query.rstrip("/") + "/*")
+            except HostFileError:
+                pass
