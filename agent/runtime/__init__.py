@@ -1,0 +1,21 @@
+"""The long-running agent (``node-feature-agent run``): event sources feed one reconcile queue.
+
+Modules, one job each:
+
+``queue``        coalescing trigger queue (debounce, retry delay), one consumer
+``uevent``       kernel uevent wire format <-> ``UEvent`` records
+``subsystems``   uevent subsystem -> discovery sources; what the poller fingerprints
+``event_sources`` pyudev (kernel/udev netlink) and the injection socket, one interface
+``hotplug``      monitor thread (blocking select) and the polling fallback
+``rules_state``  load the catalogue, keep the last good one when an edit breaks it
+``rules_watch``  watchfiles on the rules directories (ConfigMap ``..data`` swaps included)
+``node_watch``   watch on this Node only: resourceVersion continuation, bookmarks, 410 relist
+``api_metrics``  count Kubernetes API requests by verb and code (wraps the urllib3 pool)
+``recording_api`` remembers the Node versions our own writes produced (no echo reconciles)
+``discovery_cache`` rediscover some sources, keep the cached results of the others
+``metrics``      the Prometheus registry (one per agent, not the global one)
+``health``       /metrics, /healthz, /readyz HTTP server
+``affinity``     pure nodeSelector / required nodeAffinity matcher
+``pod_guard``    Events (and optional evictions) for pods whose placement no longer holds
+``agent``        wires it together: the worker loop, resync timer, startup, shutdown
+"""

@@ -1,0 +1,117 @@
+"""The reconcile queue: many triggers in, one coalesced batch out, nothing done while idle.
+
+Why one worker thread and a condition variable (not asyncio): every piece of work the loop
+does is blocking (sysfs reads through ``HostFS``, the official ``kubernetes`` client over
+urllib3, ``watchfiles``' Rust watcher, pyudev's netlink socket). asyncio would push each of
+them into an executor anyway; a single worker that owns discovery and the Reconciler keeps
+them single-threaded (neither is thread-safe) while the event sources run in their own
+small threads and only ever call ``put``.
+
+Coalescing: everything that arrives while a batch is pending joins it. The batch records
+why (``kinds``), which discovery sources need rerunning (``sources``; ``None`` = all), and
+the newest Node the watch delivered. Its due time is the latest "not before" of its parts:
+a hotplug sets ``now + debounce`` (trailing edge, so a burst of uevents for one device —
+device, interfaces, driver binds — becomes one pass) but never later than ``debounce_max``
+after the first event of the burst; a retry after an error sets ``now + retry_after``.
+``get`` blocks on the condition until the batch is due or ``stop`` is called: no polling.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+STARTUP, HOTPLUG, RULES, NODE, RESYNC, RETRY = "startup", "hotplug", "rules", "node", "resync", "retry"
+KINDS = (STARTUP, HOTPLUG, RULES, NODE, RESYNC, RETRY)
+
+
+@dataclass
+class Batch:
+    """What to do in one pass."""
+
+    kinds: set[str] = field(default_factory=set)
+    sources: set[str] | None = field(default_factory=set)  # None: rediscover everything
+    node: Mapping[str, Any] | None = None
+    due: float = 0.0
+    burst_started: float | None = None
+    created: float = 0.0
+
+    @property
+    def full_discovery(self) -> bool:
+        return self.sources is None
+
+
+class TriggerQueue:
+    """Thread-safe coalescing queue with one consumer."""
+
+    def __init__(self, *, debounce: float = 0.15, debounce_max: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if debounce < 0 or debounce_max < debounce:
+            raise ValueError("need 0 <= debounce <= debounce_max")
+        self.debounce = debounce
+        self.debounce_max = debounce_max
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._pending: Batch | None = None
+        self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def put(self, kind: str, *, sources: Iterable[str] | None = (), node: Mapping[str, Any] | None = None,
+            delay: float = 0.0) -> bool:
+        """Add a trigger; ``sources=None`` asks for a full rediscovery. False once stopped."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown trigger {kind!r}")
+        with self._cond:
+            if self._stopped:
+                return False
+            now = self._clock()
+            batch = self._pending
+            if batch is None:
+                batch = self._pending = Batch(due=now, created=now)
+            batch.kinds.add(kind)
+            if sources is None or batch.sources is None:
+                batch.sources = None
+            else:
+                batch.sources.update(sources)
+            if node is not None:
+                batch.node = node
+            if kind == HOTPLUG:
+                if batch.burst_started is None:
+                    batch.burst_started = now
+                due = min(now + self.debounce, batch.burst_started + self.debounce_max)
+            else:
+                due = now + max(0.0, delay)
+            batch.due = max(batch.due, due)
+            self._cond.notify_all()
+            return True
+
+    def get(self, timeout: float | None = None) -> Batch | None:
+        """Block until a batch is due (and return it), ``timeout`` passes or ``stop`` (None)."""
+        deadline = None if timeout is None else self._clock() + max(0.0, timeout)
+        with self._cond:
+            while not self._stopped:
+                now = self._clock()
+                batch = self._pending
+                if batch is not None and batch.due <= now:
+                    self._pending = None
+                    return batch
+                waits = [t - now for t in (batch.due if batch else None, deadline) if t is not None]
+                if deadline is not None and deadline <= now:
+                    return None
+                self._cond.wait(min(waits) if waits else None)
+            return None
+
+    def pending(self) -> Batch | None:
+        with self._cond:
+            return self._pending
+
+    def stop(self) -> None:
+        """Refuse further triggers and wake the consumer."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
