@@ -1,0 +1,132 @@
+"""``run``: the agent the DaemonSet starts; reacts to hotplug, rule edits and Node changes.
+
+Discovers, plans and reconciles once at start, then again whenever a device event (debounced),
+a rule file edit, a change to this Node (someone removed our label, a dependency label
+appeared) or the jittered resync asks for it. Serves /metrics, /healthz and /readyz on
+``--metrics-port``. SIGTERM/SIGINT: stop taking triggers, let an in-flight write finish (or
+abandon it), stop every thread, exit 0 within a few seconds; labels stay (``clean`` removes).
+
+``--udev-mode inject:<socket>`` is a test/debug interface: the agent binds a unix datagram
+socket there and takes kernel-format uevents from it exactly as from the netlink monitor.
+Exit status: 0 after a clean shutdown, 1 setup failed (no config, port in use), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from agent.config import add_host_arguments, add_node_arguments, discovery_config, rules_dirs, selected_sources
+
+HELP = "run the agent: keep this node's labels, extended resources and taints in step (the DaemonSet's command)"
+
+log = logging.getLogger(__name__)
+
+
+def _port(text: str) -> int | None:
+    if text.lower() in ("off", "none", "-1"):
+        return None
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("port must be 0-65535, or off")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _udev_mode(text: str) -> str:
+    from agent.runtime.event_sources import parse_mode
+
+    try:
+        parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from agent.commands.plan import add_policy_arguments
+
+    add_host_arguments(parser)
+    add_policy_arguments(parser)
+    add_node_arguments(parser)
+    parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
+                        help="port for /metrics, /healthz, /readyz (0: any free port, off: no server)")
+    parser.add_argument("--metrics-address", default="", help="address to bind the metrics port to (default: all)")
+    parser.add_argument("--resync-interval", type=_positive, default=600.0, metavar="SECONDS",
+                        help="full rediscovery and reconcile at least this often (jittered +/-10%%)")
+    parser.add_argument("--udev-mode", type=_udev_mode, default="kernel", metavar="MODE",
+                        help="device events: kernel (netlink uevents, no hostNetwork needed), udev (udevd's events; "
+                             "needs hostNetwork and /run/udev), poll (list devices every --poll-interval), off "
+                             "(resync only); inject:<socket> is a test/debug interface")
+    parser.add_argument("--poll-interval", type=_positive, default=5.0, metavar="SECONDS",
+                        help="device polling period in poll mode or when no event monitor can be opened")
+    parser.add_argument("--debounce", type=float, default=0.15, metavar="SECONDS",
+                        help="wait this long after a device event for the rest of its burst")
+    parser.add_argument("--startup-taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
+                        help="a taint the node registers with that the agent removes after its first successful "
+                             "reconcile (labels before workloads); repeatable")
+    parser.add_argument("--pod-guard", action="store_true",
+                        help="when hardware leaves, record an Event on pods whose required node affinity/selector "
+                             "no longer matches (needs deploy/pod-guard-rbac.yaml)")
+    parser.add_argument("--evict-orphans", action="store_true",
+                        help="with --pod-guard: also evict those pods through the Eviction API")
+    parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
+    parser.add_argument("--watch-timeout", type=int, default=900, help=argparse.SUPPRESS)
+    parser.add_argument("--retries", type=int, default=5, help=argparse.SUPPRESS)
+
+
+def settings_from_args(args: argparse.Namespace):
+    from agent.commands.apply import parse_startup_taints
+    from agent.commands.plan import rule_options
+    from agent.runtime.agent import Settings
+
+    if args.evict_orphans and not args.pod_guard:
+        print("error: --evict-orphans needs --pod-guard", file=sys.stderr)
+        raise SystemExit(2)
+    return Settings(
+        node_name=args.node_name, rules_dirs=rules_dirs(args), host_root=args.host_root,
+        sources=selected_sources(args), discovery_config=discovery_config(args), rule_options=rule_options(args),
+        resync_interval=args.resync_interval, debounce=max(0.0, args.debounce),
+        debounce_max=max(1.0, args.debounce), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
+        startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,
+        evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,
+        watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries))
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.commands.apply import connect
+    from agent.runtime.agent import Agent
+
+    settings = settings_from_args(args)
+    api = connect(args)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):  # noqa: ANN001
+        log.info("received %s, shutting down", signal.Signals(signum).name, extra={"event": "signal"})
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            agent = Agent(settings, api).start()
+        except OSError as exc:  # metrics port in use, inject socket path unusable
+            print(f"error: cannot start the agent: {exc}", file=sys.stderr)
+            return 1
+        if agent.http is not None:
+            log.info("serving /metrics, /healthz, /readyz on port %d", agent.http.port,
+                     extra={"node": settings.node_name, "event": "listening"})
+        stop.wait()
+        agent.stop(timeout=4.0)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,322 @@
+"""The agent: event sources -> one coalescing queue -> one worker that discovers and reconciles.
+
+Threads (all daemon, all stopped by ``stop``): the worker (owns HostFS, discovery, the
+catalogue reloads and the Reconciler: none of them is shared), the hotplug monitor or
+poller, the rules watcher, the Node watch, the HTTP server. Event threads only ``put``.
+
+One pass (``_process``):
+
+1. rules: on a ``rules`` or ``resync`` trigger, reload the catalogue (last good kept);
+2. discovery: rerun the sources the batch names (hotplug -> the mapped ones; startup,
+   resync -> all), keep the rest cached;
+3. reconcile with ``plan_fn(node_labels) = rules.plan_node(features, labels, node_labels,
+   catalogue)``, on the Node the watch last delivered when it is provably newer than our own
+   last write, else on a fresh GET;
+4. on error, schedule a retry after the Reconciler's ``retry_after`` (backoff, Retry-After).
+
+Node-only batches that are echoes of our own writes are dropped (``RecordingNodeApi``).
+Resync: every ``resync_interval`` seconds +/- ``resync_jitter`` (a DaemonSet's agents spread
+out), full rediscovery + reload; with a live watch it costs no API request when nothing changed.
+Startup taints go after the first converged reconcile (the Reconciler does it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from agent.desired import Taint
+from agent.discovery import DiscoveryConfig
+from agent.hostfs import HostFS
+from agent.reconcile import NodeApi, Reconciler
+from agent.runtime import queue as q
+from agent.runtime.api_metrics import instrument
+from agent.runtime.discovery_cache import DiscoveryCache
+from agent.runtime.event_sources import EventSource, EventSourceError, open_source, parse_mode
+from agent.runtime.health import HealthServer
+from agent.runtime.hotplug import HotplugMonitor, Poller
+from agent.runtime.metrics import AgentMetrics
+from agent.runtime.node_watch import DEFAULT_READ_TIMEOUT, DEFAULT_WATCH_TIMEOUT, NodeWatcher
+from agent.runtime.pod_guard import PodGuard
+from agent.runtime.recording_api import RecordingNodeApi
+from agent.runtime.rules_state import RulesState
+from agent.runtime.rules_watch import RulesWatcher
+from agent.runtime.subsystems import sources_for
+from agent.runtime.uevent import UEvent
+from agent.sources import SOURCE_NAMES
+
+log = logging.getLogger(__name__)
+
+REASON_RULES_INVALID = "RulesInvalid"
+
+
+@dataclass
+class Settings:
+    node_name: str
+    rules_dirs: Sequence[str]
+    host_root: str = "/"
+    sources: Sequence[str] = SOURCE_NAMES
+    discovery_config: DiscoveryConfig | None = None
+    rule_options: Any = None
+    resync_interval: float = 600.0
+    resync_jitter: float = 0.1
+    debounce: float = 0.15
+    debounce_max: float = 1.0
+    udev_mode: str = "kernel"
+    poll_interval: float = 5.0
+    startup_taints: Sequence[Taint] = ()
+    pod_guard: bool = False
+    evict_orphans: bool = False
+    metrics_port: int | None = 8080  # None: no HTTP server
+    metrics_host: str = ""
+    watch_node: bool = True
+    watch_rules: bool = True
+    watch_timeout: int = DEFAULT_WATCH_TIMEOUT
+    watch_read_timeout: float = DEFAULT_READ_TIMEOUT
+    fresh_node_age: float = 150.0
+    stuck_after: float = 300.0
+    emit_events: bool = True
+    retries: int = 5
+    extra: dict = field(default_factory=dict)
+
+
+class Stopping(Exception):
+    """Raised from the Reconciler's sleep when the agent is shutting down."""
+
+
+class Agent:
+    def __init__(self, settings: Settings, api: NodeApi, *, metrics: AgentMetrics | None = None,
+                 event_source: EventSource | None = None, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or AgentMetrics()
+        self.api = api if isinstance(api, RecordingNodeApi) else RecordingNodeApi.wrap(api)
+        instrument(self.api.core.api_client, self.metrics.api_request)
+        self._event_source = event_source
+        self._rng = rng or random.Random()
+        self.queue = q.TriggerQueue(debounce=settings.debounce, debounce_max=max(settings.debounce, settings.debounce_max))
+        self._stopping = threading.Event()
+        self.ready = threading.Event()
+        self._busy_since: float | None = None
+        self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
+        self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
+                                     startup_taints=settings.startup_taints, sleep=self._sleep,
+                                     max_attempts=max(1, settings.retries))
+        self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
+        self.discovery = DiscoveryCache(HostFS(settings.host_root),
+                                        settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
+                                        settings.sources, observe=self._observe_discovery)
+        self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
+        self.monitor: HotplugMonitor | None = None
+        self.poller: Poller | None = None
+        self.rules_watcher: RulesWatcher | None = None
+        self.node_watcher: NodeWatcher | None = None
+        self.http: HealthServer | None = None
+        self.passes = 0
+        self.last_outcome = None
+        self._plan_key: tuple[int, int] | None = None
+        self._plan = None
+        self._desired_labels: frozenset[str] = frozenset()
+        self._next_resync = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> "Agent":
+        s = self.settings
+        if s.metrics_port is not None:
+            self.http = HealthServer(s.metrics_port, self.metrics.render, self.healthy, self.is_ready,
+                                     host=s.metrics_host).start()
+        self._start_hotplug()
+        if s.watch_rules:
+            self.rules_watcher = RulesWatcher(s.rules_dirs, lambda: self.queue.put(q.RULES)).start()
+        if s.watch_node:
+            self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
+                                            timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout).start()
+        self.queue.put(q.STARTUP, sources=None)
+        self._worker.start()
+        log.info("agent started for node %s (udev mode %s, resync %.0fs)", s.node_name, s.udev_mode, s.resync_interval,
+                 extra={"node": s.node_name, "event": "started"})
+        return self
+
+    def _start_hotplug(self) -> None:
+        mode, _path = parse_mode(self.settings.udev_mode)
+        source = self._event_source
+        if source is None and mode not in ("poll", "off"):
+            try:
+                source = open_source(self.settings.udev_mode, self._monitored())
+            except EventSourceError as err:
+                log.warning("cannot receive device events (%s); polling %s every %.0fs instead", err,
+                            "PCI/USB/net/block/device-tree listings", self.settings.poll_interval,
+                            extra={"node": self.settings.node_name, "event": "udev-fallback"})
+                self.metrics.udev_fallback.set(1)
+                mode = "poll"
+        if source is not None:
+            self.monitor = HotplugMonitor(source, self._hotplug).start()
+        elif mode == "poll":
+            self.poller = Poller(HostFS(self.settings.host_root), self._hotplug, self.settings.poll_interval).start()
+
+    def _monitored(self) -> list[str]:
+        from agent.runtime.subsystems import SUBSYSTEM_SOURCES
+
+        return sorted(k for k, v in SUBSYSTEM_SOURCES.items() if set(v) & set(self.settings.sources))
+
+    def stop(self, timeout: float = 4.0) -> bool:
+        """Stop everything; True if the worker finished (False: an in-flight call was abandoned)."""
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self.queue.stop()
+        for part in (self.monitor, self.poller, self.rules_watcher, self.node_watcher):
+            if part is not None:
+                part.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        finished = True
+        if self._worker.is_alive():
+            self._worker.join(max(0.1, deadline - time.monotonic()))
+            finished = not self._worker.is_alive()
+            if not finished:
+                log.warning("an API call was still in flight at shutdown; abandoned (labels stay as they are)",
+                            extra={"node": self.settings.node_name, "event": "stopped"})
+        if self.http is not None:
+            self.http.stop(timeout=0.5)
+        log.info("agent stopped", extra={"node": self.settings.node_name, "event": "stopped"})
+        return finished
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stopping.wait(seconds):
+            raise Stopping()
+
+    # -- health ---------------------------------------------------------------------------
+    def healthy(self) -> tuple[bool, str]:
+        if not self._worker.is_alive():
+            return False, "reconcile worker is not running"
+        busy = self._busy_since
+        if busy is not None and time.monotonic() - busy > self.settings.stuck_after:
+            return False, f"one reconcile pass has been running for {time.monotonic() - busy:.0f}s"
+        for name, part in (("hotplug monitor", self.monitor), ("poller", self.poller),
+                           ("node watch", self.node_watcher), ("rules watcher", self.rules_watcher)):
+            if part is not None and not part.alive() and not self._stopping.is_set():
+                return False, f"{name} thread died"
+        return True, "ok"
+
+    def is_ready(self) -> tuple[bool, str]:
+        if self.ready.is_set():
+            return True, "ok"
+        return False, "first reconcile of this node has not succeeded yet"
+
+    # -- event inputs (other threads) -----------------------------------------------------
+    def _hotplug(self, event: UEvent) -> None:
+        self.metrics.hotplug(event.subsystem, event.action)
+        sources = sources_for(event.subsystem, self.settings.sources)
+        log.debug("device event %s %s %s", event.action, event.subsystem, event.devpath,
+                  extra={"node": self.settings.node_name, "event": "hotplug"})
+        if sources:
+            self.queue.put(q.HOTPLUG, sources=sources)
+
+    def _node_changed(self, node: dict[str, Any]) -> None:
+        self.queue.put(q.NODE, sources=(), node=node)
+
+    def _observe_discovery(self, source: str, seconds: float) -> None:
+        self.metrics.discovery_duration.labels(source).observe(seconds)
+
+    def _rules_rejected(self, text: str) -> None:
+        self.metrics.rules_reloads.labels("rejected").inc()
+        self.reconciler.events.record(self.last_outcome.node_uid if self.last_outcome else "", REASON_RULES_INVALID,
+                                      text, warning=True)
+
+    # -- the worker -----------------------------------------------------------------------
+    def _jittered(self) -> float:
+        s = self.settings
+        return s.resync_interval * (1 + s.resync_jitter * (2 * self._rng.random() - 1))
+
+    def _work(self) -> None:
+        self._next_resync = time.monotonic() + self._jittered()
+        while True:
+            self._busy_since = None
+            batch = self.queue.get(timeout=max(0.0, self._next_resync - time.monotonic()))
+            if self.queue.stopped:
+                return
+            if batch is None:
+                self.queue.put(q.RESYNC, sources=None)
+                self._next_resync = time.monotonic() + self._jittered()
+                continue
+            self._busy_since = time.monotonic()
+            try:
+                self._process(batch)
+            except Stopping:
+                return
+            except Exception:  # a bug in one pass must not end the loop
+                log.exception("reconcile pass failed", extra={"node": self.settings.node_name, "event": "error"})
+                self.metrics.reconciled("error")
+                self.queue.put(q.RETRY, delay=self.reconciler.backoff.next_delay())
+            if q.RESYNC in batch.kinds:
+                self._next_resync = time.monotonic() + self._jittered()
+
+    def _plan_fn(self):
+        key = (self.discovery.generation, self.rules.generation)
+        if key != self._plan_key:
+            from agent import rules
+
+            found, catalogue, options = self.discovery.current, self.rules.catalogue, self.settings.rule_options
+            features, labels, origins = found.features, found.labels, found.label_origins
+
+            def plan(node_labels):
+                return rules.plan_node(features, labels, node_labels, catalogue, options, origins)
+
+            self._plan, self._plan_key = plan, key
+        return self._plan
+
+    def _live_node(self) -> dict[str, Any] | None:
+        """The watched Node when it is at least as new as our last write, else None (GET)."""
+        if self.node_watcher is None:
+            return None
+        return self.node_watcher.node_after(self.api.last_own_version(), self.settings.fresh_node_age)
+
+    def _process(self, batch: q.Batch) -> None:
+        started = time.perf_counter()
+        kinds = batch.kinds
+        if kinds == {q.NODE}:
+            node = batch.node or {}
+            rv = str((node.get("metadata") or {}).get("resourceVersion") or "")
+            if self.api.is_own_version(rv):
+                return  # the echo of our own write: the Reconciler already saw this state
+        rules_changed = False
+        if kinds & {q.RULES, q.RESYNC}:
+            reload = self.rules.reload()
+            rules_changed = reload.changed
+            if reload.changed:
+                self.metrics.rules_reloads.labels("accepted").inc()
+            if kinds == {q.RULES} and not reload.changed:
+                return
+        rerun = self.discovery.refresh(batch.sources) if (batch.sources is None or batch.sources) else ()
+        plan = self._plan_fn()
+        outcome = self.reconciler.reconcile(plan, live_node=self._live_node())
+        self.passes += 1
+        self.last_outcome = outcome
+        desired = outcome.desired
+        if outcome.error:
+            result = "error"
+        elif any(p.origin == "api-server" for p in outcome.problems):
+            result = "rejected"
+        else:
+            result = "applied" if outcome.writes else "unchanged"
+        self.metrics.reconciled(result, owned_labels=len(desired.labels) if desired and outcome.ok else None,
+                                owned_resources=len(desired.extended_resources) if desired and outcome.ok else None)
+        log.info("reconcile (%s%s): %s, %d write(s) in %.0f ms", ",".join(sorted(kinds)),
+                 f"; rediscovered {','.join(rerun)}" if rerun and len(rerun) < len(self.discovery.sources) else "",
+                 result, outcome.writes, (time.perf_counter() - started) * 1000,
+                 extra={"node": self.settings.node_name, "event": "reconcile",
+                        "change": "; ".join(outcome.applied)[:500] if outcome.applied else ""})
+        if outcome.error:
+            self.queue.put(q.RETRY, delay=outcome.retry_after if outcome.retry_after is not None else 1.0)
+            return
+        if not self.ready.is_set():
+            self.ready.set()
+            log.info("node %s labelled: ready", self.settings.node_name,
+                     extra={"node": self.settings.node_name, "event": "ready"})
+        labels_now = frozenset(desired.labels) if desired else frozenset()
+        removed = self._desired_labels - labels_now
+        self._desired_labels = labels_now
+        if self.pod_guard is not None and removed and rerun and not rules_changed:
+            node = self.api.last_node or {}
+            self.pod_guard.check(removed, (node.get("metadata") or {}).get("labels") or {})

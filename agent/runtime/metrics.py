@@ -1,0 +1,58 @@
+"""The agent's Prometheus metrics, in a registry of its own (several agents per test process).
+
+Names are the documented ones (deploy/README.md "Metrics"), plus
+``nfa_rules_reload_total{result}`` (accepted / rejected rule edits).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from agent.runtime.subsystems import metric_labels
+
+RECONCILE_RESULTS = ("applied", "unchanged", "rejected", "error")
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.discovery_duration = Histogram(
+            "nfa_discovery_duration_seconds", "Time each discovery source took per pass", ["source"], registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
+        self.reconcile_total = Counter("nfa_reconcile_total", "Reconcile passes by outcome", ["result"], registry=r)
+        self.api_requests = Counter("nfa_api_requests_total", "Kubernetes API calls by verb and HTTP status",
+                                    ["verb", "code"], registry=r)
+        self.owned_labels = Gauge("nfa_owned_labels", "Labels this agent currently owns on its Node", registry=r)
+        self.owned_resources = Gauge("nfa_owned_extended_resources",
+                                     "Extended resources this agent currently owns", registry=r)
+        self.hotplug_events = Counter("nfa_hotplug_events_total", "Device events received",
+                                      ["subsystem", "action"], registry=r)
+        self.last_success = Gauge("nfa_last_success_timestamp_seconds", "Unix time of the last successful reconcile",
+                                  registry=r)
+        self.udev_fallback = Gauge("nfa_udev_fallback_active",
+                                   "1 while event monitoring failed and the agent is polling", registry=r)
+        self.rules_reloads = Counter("nfa_rules_reload_total", "Rule catalogue reloads by result", ["result"],
+                                     registry=r)
+        for result in RECONCILE_RESULTS:
+            self.reconcile_total.labels(result)
+
+    def api_request(self, verb: str, code: str) -> None:
+        self.api_requests.labels(verb, code).inc()
+
+    def hotplug(self, subsystem: str, action: str) -> None:
+        self.hotplug_events.labels(*metric_labels(subsystem, action)).inc()
+
+    def reconciled(self, result: str, *, owned_labels: int | None = None, owned_resources: int | None = None) -> None:
+        self.reconcile_total.labels(result).inc()
+        if result in ("applied", "unchanged", "rejected"):
+            self.last_success.set(time.time())
+        if owned_labels is not None:
+            self.owned_labels.set(owned_labels)
+        if owned_resources is not None:
+            self.owned_resources.set(owned_resources)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
