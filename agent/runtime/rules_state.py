@@ -8,9 +8,9 @@ broken and the last good catalogue stays in force. Warnings never block a reload
 edit is reported once per distinct content (log line, ``on_rejected`` callback for the Node
 Event, metric), not on every file event.
 
-Whether anything changed is decided on a content fingerprint of every file reachable from
-the rules directories (symlinks followed, so a ConfigMap ``..data`` swap that changes the
-targets is seen, and a swap that changes nothing costs no reconcile).
+Whether anything changed is decided on a content fingerprint of every file the loader would
+read (symlinks followed, dot-names skipped as the loader skips them), so a ConfigMap ``..data``
+swap that changes the targets is seen, and a swap that changes nothing costs no reconcile.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def fingerprint(dirs: Sequence[str]) -> str:
                 subdirs[:] = []
                 continue
             seen.add(real)
-            subdirs.sort()
-            for name in sorted(files):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))  # as the loader: ..data, ..<stamp>
+            for name in sorted(f for f in files if not f.startswith(".")):
                 count += 1
                 if count > MAX_FILES:
                     digest.update(b"too many files\n")

@@ -6,7 +6,8 @@ through its parent, so its creation or re-pointing is seen too. A mounted Config
 directory holding ``..data -> ..<timestamp>/`` and per-key symlinks through ``..data``;
 kubelet updates it by writing a new timestamped directory and renaming a new ``..data`` over
 the old one: both land in the watched directory itself. No file filter is applied (the
-default one would drop names like ``x~``); ``RulesState`` decides by content.
+default one would drop names like ``x~``); ``RulesState`` decides by content. ``watchfiles``' Rust backend (``RustNotify``, inotify) is used
+directly so the thread can signal when its watches are in place.
 
 Cost when idle: watchfiles' Rust loop wakes every ``step`` ms to check for buffered inotify
 events and the stop event; with ``step=250`` that is 4 cheap wake-ups a second and no file
@@ -56,6 +57,7 @@ class RulesWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rules-watcher", daemon=True)
         self.failed: Exception | None = None
+        self.ready = threading.Event()
 
     def start(self) -> "RulesWatcher":
         self._thread.start()
@@ -65,23 +67,35 @@ class RulesWatcher:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        import watchfiles
-
+        """watchfiles' ``watch`` loop, on its ``RustNotify`` directly so that ``ready`` can be
+        set once the inotify watches exist; then one catch-up call covers edits made between
+        the initial load and that moment."""
         try:
-            for changes in watchfiles.watch(*self.roots, watch_filter=None, debounce=self.debounce_ms,
-                                            step=self.step_ms, stop_event=self._stop, rust_timeout=0,
-                                            raise_interrupt=False, recursive=True,
-                                            ignore_permission_denied=True):
-                log.debug("rules directories changed: %s", sorted(p for _c, p in changes)[:10])
-                try:
-                    self.on_change()
-                except Exception:
-                    log.exception("reloading the rules failed")
-        except Exception as exc:  # e.g. inotify watch limit reached
+            from watchfiles._rust_notify import RustNotify
+
+            with RustNotify(self.roots, False, False, 300, True, True) as notify:
+                self.ready.set()
+                self._changed()
+                while not self._stop.is_set():
+                    raw = notify.watch(self.debounce_ms, self.step_ms, 0, self._stop)
+                    if raw == "stop":
+                        return
+                    if isinstance(raw, set) and raw:
+                        log.debug("rules directories changed: %s", sorted(p for _c, p in raw)[:10])
+                        self._changed()
+        except Exception as exc:  # e.g. the inotify watch limit reached
             self.failed = exc
             if not self._stop.is_set():
                 log.error("watching rule directories %s failed (%s); rule edits are picked up at the next resync",
                           self.roots, exc, extra={"event": "rules-watch-failed"})
+        finally:
+            self.ready.set()
+
+    def _changed(self) -> None:
+        try:
+            self.on_change()
+        except Exception:
+            log.exception("reloading the rules failed")
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
