@@ -1,0 +1,96 @@
+"""Metrics registry, the HTTP endpoints (real HTTP) and API request counting (real client)."""
+
+import urllib.error
+import urllib.request
+
+import pytest
+
+from agent.runtime.api_metrics import instrument, k8s_verb
+from agent.runtime.health import HealthServer
+from agent.runtime.metrics import AgentMetrics
+from tests.support.apiserver import FakeApiServer
+
+
+def fetch(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_endpoints_follow_health_and_readiness():
+    state = {"healthy": (True, "ok"), "ready": (False, "first reconcile pending")}
+    metrics = AgentMetrics()
+    metrics.hotplug("usb", "add")
+    metrics.reconciled("applied", owned_labels=3, owned_resources=1)
+    server = HealthServer(0, metrics.render, lambda: state["healthy"], lambda: state["ready"], host="127.0.0.1").start()
+    try:
+        assert fetch(server.port, "/readyz") == (503, "first reconcile pending\n")
+        state["ready"] = (True, "ok")
+        assert fetch(server.port, "/readyz")[0] == 200
+        assert fetch(server.port, "/healthz")[0] == 200
+        state["healthy"] = (False, "one reconcile pass has been running for 400s")
+        assert fetch(server.port, "/healthz") == (500, "one reconcile pass has been running for 400s\n")
+        code, body = fetch(server.port, "/metrics")
+        assert code == 200
+        assert 'nfa_hotplug_events_total{action="add",subsystem="usb"} 1.0' in body
+        assert 'nfa_reconcile_total{result="applied"} 1.0' in body
+        assert "nfa_owned_labels 3.0" in body and "nfa_owned_extended_resources 1.0" in body
+        assert "nfa_udev_fallback_active 0.0" in body
+        assert fetch(server.port, "/nope")[0] == 404
+    finally:
+        server.stop()
+    assert not server.alive()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=2)
+
+
+def test_registries_are_separate():
+    a, b = AgentMetrics(), AgentMetrics()
+    a.hotplug("pci", "remove")
+    assert b"nfa_hotplug_events_total{" not in b.render()
+    assert b'subsystem="pci"' in a.render()
+
+
+@pytest.mark.parametrize("method, url, verb", [
+    ("GET", "http://h/api/v1/nodes/n1", "get"),
+    ("GET", "http://h/api/v1/nodes?fieldSelector=metadata.name%3Dn1", "list"),
+    ("GET", "http://h/api/v1/nodes?watch=true&fieldSelector=x", "watch"),
+    ("GET", "http://h/api/v1/watch/nodes/n1", "watch"),
+    ("GET", "http://h/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "list"),
+    ("GET", "http://h/api/v1/namespaces/default/pods", "list"),
+    ("GET", "http://h/api/v1/namespaces/default/pods/p", "get"),
+    ("GET", "http://h/apis/events.k8s.io/v1/namespaces/default/events", "list"),
+    ("PATCH", "http://h/api/v1/nodes/n1/status", "patch"),
+    ("POST", "http://h/api/v1/namespaces/default/pods/p/eviction", "create"),
+    ("PUT", "http://h/api/v1/nodes/n1", "update"),
+    ("DELETE", "http://h/api/v1/nodes/n1", "delete"),
+    ("GET", "http://h/version", "get"),
+])
+def test_verbs(method, url, verb):
+    assert k8s_verb(method, url) == verb
+
+
+def test_instrumented_client_counts_real_requests_by_verb_and_code():
+    metrics = AgentMetrics()
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        core = server.core_api()
+        instrument(core.api_client, metrics.api_request)
+        instrument(core.api_client, metrics.api_request)  # idempotent: still counted once
+        core.read_node("n1")
+        core.list_node(field_selector="metadata.name=n1")
+        server.faults.fail(503, verb="GET")
+        with pytest.raises(Exception):
+            core.read_node("n1")
+        server.faults.refuse_connections()
+        with pytest.raises(Exception):
+            core.read_node("n1", _request_timeout=5)
+        core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
+    body = metrics.render().decode()
+    assert 'nfa_api_requests_total{code="200",verb="get"} 1.0' in body
+    assert 'nfa_api_requests_total{code="200",verb="list"} 1.0' in body
+    assert 'nfa_api_requests_total{code="503",verb="get"} 1.0' in body
+    assert 'nfa_api_requests_total{code="error",verb="get"} 1.0' in body
+    assert 'nfa_api_requests_total{code="200",verb="patch"} 1.0' in body

@@ -1,0 +1,151 @@
+"""The Node watch against the in-repo API server: what triggers, what does not, recovery."""
+
+import threading
+
+import pytest
+
+from agent.reconcile.backoff import BackoffSettings
+from agent.runtime.node_watch import NodeWatcher, relevant
+from tests.runtime.helpers import wait_for
+from tests.support.apiserver import FakeApiServer
+
+FAST = BackoffSettings(initial=0.01, maximum=0.05)
+
+
+class Recorder:
+    def __init__(self):
+        self.nodes = []
+        self.lock = threading.Lock()
+
+    def __call__(self, node):
+        with self.lock:
+            self.nodes.append(node)
+
+    def labels(self):
+        with self.lock:
+            return [n["metadata"].get("labels", {}) for n in self.nodes]
+
+
+@pytest.fixture
+def server():
+    with FakeApiServer(bookmark_interval=0.2) as srv:
+        srv.add_node("n1", labels={"a": "1"})
+        srv.add_node("other")
+        yield srv
+
+
+def start(server, recorder, **kw):
+    watcher = NodeWatcher(server.core_api(), "n1", recorder, backoff=FAST, **kw).start()
+    wait_for(lambda: recorder.nodes, what="initial list")
+    wait_for(lambda: watcher.watches >= 1 and server.watches.count() >= 1, what="watch open")
+    return watcher
+
+
+def test_label_changes_trigger_heartbeats_and_other_nodes_do_not(server):
+    rec = Recorder()
+    watcher = start(server, rec)
+    try:
+        assert rec.labels() == [{"a": "1"}]
+        # kubelet heartbeat: status conditions only
+        server.edit_node("n1", lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime="2030-01-01T00:00:00Z"))
+        server.edit_node("other", lambda n: n["metadata"]["labels"].update(x="y"))
+        server.edit_node("n1", lambda n: n["metadata"]["labels"].clear())
+        wait_for(lambda: len(rec.nodes) >= 2, what="label removal")
+        assert rec.labels() == [{"a": "1"}, {}]
+        # capacity counts (someone removed an extended resource)
+        server.edit_node("n1", lambda n: n["status"]["capacity"].update({"example.com/x": "1"}))
+        wait_for(lambda: len(rec.nodes) >= 3, what="capacity change")
+        assert watcher.fresh_node(60)["status"]["capacity"]["example.com/x"] == "1"
+    finally:
+        watcher.stop()
+    assert not watcher.alive()
+    assert len(rec.nodes) == 3
+
+
+def test_continues_from_last_version_after_a_dropped_watch(server):
+    rec = Recorder()
+    watcher = start(server, rec)
+    try:
+        rv = watcher.resource_version
+        server.drop_watches()
+        wait_for(lambda: watcher.watches >= 2, what="re-watch")
+        watches = [r for r in server.requests if r.query.get("watch") in ("true", "1")]
+        assert watches[-1].query.get("resourceVersion")  # continued, not "most recent"
+        assert watches[-1].query.get("allowWatchBookmarks") == "true"
+        assert watches[-1].query.get("fieldSelector") == "metadata.name=n1"
+        assert watches[-1].query.get("timeoutSeconds")
+        assert watcher.lists == 1  # no relist needed
+        server.edit_node("n1", lambda n: n["metadata"]["labels"].update(b="2"))
+        wait_for(lambda: any("b" in l for l in rec.labels()), what="change after reconnect")
+        assert rv != watcher.resource_version
+    finally:
+        watcher.stop()
+
+
+def test_410_relists_and_reports_a_change_made_meanwhile(server):
+    rec = Recorder()
+    watcher = start(server, rec)
+    try:
+        watcher_lists = watcher.lists
+        server.expire_resource_versions()
+        wait_for(lambda: watcher.lists > watcher_lists, what="relist after 410")
+        server.edit_node("n1", lambda n: n["metadata"]["labels"].update(c="3"))
+        wait_for(lambda: any("c" in l for l in rec.labels()), what="change after relist")
+    finally:
+        watcher.stop()
+
+
+def test_server_errors_back_off_and_recover(server):
+    rec = Recorder()
+    server.faults.fail(503, count=3, verb="GET", path="/api/v1/nodes")
+    watcher = NodeWatcher(server.core_api(), "n1", rec, backoff=FAST).start()
+    try:
+        wait_for(lambda: rec.nodes, what="list after 3 failures")
+        assert watcher.alive()
+    finally:
+        watcher.stop()
+
+
+def test_deleted_and_recreated_node(server):
+    rec = Recorder()
+    deleted = threading.Event()
+    watcher = start(server, rec, on_deleted=deleted.set)
+    try:
+        server.delete_node("n1")
+        assert deleted.wait(20)
+        assert watcher.fresh_node(60) is None
+        server.add_node("n1", labels={"new": "1"})
+        wait_for(lambda: any("new" in l for l in rec.labels()), what="re-registered node")
+    finally:
+        watcher.stop()
+
+
+def test_node_after_requires_our_write_to_have_been_seen(server):
+    rec = Recorder()
+    watcher = start(server, rec)
+    try:
+        assert watcher.node_after("", 60) is not None
+        assert watcher.node_after("999999", 60) is None  # a write the watch has not delivered yet
+        node = server.core_api().patch_node("n1", {"metadata": {"labels": {"z": "1"}}})
+        wait_for(lambda: watcher.node_after(node.metadata.resource_version, 60), what="own write seen")
+    finally:
+        watcher.stop()
+
+
+def test_stop_is_prompt_while_the_stream_is_quiet():
+    with FakeApiServer(bookmark_interval=300) as server:
+        server.add_node("n1")
+        rec = Recorder()
+        watcher = start(server, rec)
+        watcher.stop(timeout=5)
+        assert not watcher.alive()
+
+
+def test_relevant_ignores_status_noise():
+    node = {"metadata": {"uid": "u", "labels": {"a": "1"}, "resourceVersion": "5"},
+            "spec": {"taints": []}, "status": {"capacity": {"cpu": "4"}, "conditions": [{"type": "Ready"}]}}
+    noisy = {"metadata": {"uid": "u", "labels": {"a": "1"}, "resourceVersion": "6"},
+             "spec": {}, "status": {"capacity": {"cpu": "4"}, "conditions": [{"type": "Ready", "x": 1}]}}
+    assert relevant(node) == relevant(noisy)
+    assert relevant(None) is None
+    assert relevant(node) != relevant({**node, "metadata": {**node["metadata"], "uid": "v"}})
