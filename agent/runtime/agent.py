@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from agent.desired import Taint
 from agent.discovery import DiscoveryConfig
 from agent.hostfs import HostFS
-from agent.reconcile import NodeApi, Reconciler
+from agent.reconcile import BackoffSettings, NodeApi, Reconciler
 from agent.runtime import queue as q
 from agent.runtime.api_metrics import instrument
 from agent.runtime.discovery_cache import DiscoveryCache
@@ -81,7 +81,7 @@ class Settings:
     stuck_after: float = 300.0
     emit_events: bool = True
     retries: int = 5
-    extra: dict = field(default_factory=dict)
+    backoff: BackoffSettings = field(default_factory=BackoffSettings)
 
 
 class Stopping(Exception):
@@ -104,7 +104,7 @@ class Agent:
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
-                                     max_attempts=max(1, settings.retries))
+                                     max_attempts=max(1, settings.retries), backoff=settings.backoff)
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
