@@ -102,8 +102,25 @@ def settings_from_args(args: argparse.Namespace):
         watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries))
 
 
+def connect(args: argparse.Namespace):
+    """A ``NodeApi`` on the light CoreV1 subset (see ``agent.runtime.light_core``); exit 1 with
+    a clear message when the client configuration cannot be loaded."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from agent.runtime.light_core import light_node_api, load_configuration
+
+    if not args.node_name:
+        print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        return light_node_api(load_configuration(args.kubeconfig or None))
+    except (ConfigException, OSError, ValueError) as exc:
+        where = args.kubeconfig or "in-cluster service account"
+        print(f"error: cannot load Kubernetes client configuration ({where}): {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.apply import connect
     from agent.runtime.agent import Agent
 
     settings = settings_from_args(args)
