@@ -82,14 +82,31 @@ class NodeObserver:
             return self.seen_at
 
 
-def start_agent(tmp: Path, server: FakeApiServer, host: CoralHost, sock: str, *extra: str) -> subprocess.Popen:
+def start_agent(tmp: Path, server: FakeApiServer, host: CoralHost, sock: str, *extra: str,
+                level: str = "warning") -> subprocess.Popen:
     kubeconfig = server.kubeconfig(tmp / "kubeconfig")
-    cmd = [sys.executable, "-m", "agent", "--log-format", "json", "--log-level", "warning", "run",
+    cmd = [sys.executable, "-m", "agent", "--log-format", "json", "--log-level", level, "run",
            f"--host-root={host.root}", f"--rules={REPO / 'labels'}", f"--node-name={NODE}",
            f"--kubeconfig={kubeconfig}", "--metrics-port=0", "--metrics-address=127.0.0.1",
            f"--udev-mode=inject:{sock}", "--startup-taint=node-feature-agent.io/not-ready:NoSchedule", *extra]
     log = open(tmp / f"agent-{len(list(tmp.glob('agent-*.log')))}.log", "w")
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+    proc.log_path = Path(log.name)  # type: ignore[attr-defined]
+    return proc
+
+
+def resync_passes(proc: subprocess.Popen, since: float) -> int:
+    """Reconcile passes whose trigger included a resync, logged after ``since`` (epoch s)."""
+    count = 0
+    for line in proc.log_path.read_text().splitlines():  # type: ignore[attr-defined]
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "reconcile" and "resync" in record.get("msg", ""):
+            stamp = time.mktime(time.strptime(record["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+            count += stamp >= since - 1
+    return count
 
 
 def stop_agent(proc: subprocess.Popen) -> tuple[int, float]:
@@ -210,23 +227,27 @@ def main(argv: list[str] | None = None) -> int:
             # -- idle, compressed timescale ----------------------------------------------------
             resync, watch_timeout = 10, 15
             sock2 = str(tmp / "uevents2.sock")
-            proc = start_agent(tmp, server, host, sock2, f"--resync-interval={resync}", f"--watch-timeout={watch_timeout}")
+            proc = start_agent(tmp, server, host, sock2, f"--resync-interval={resync}", f"--watch-timeout={watch_timeout}",
+                               level="info")
             try:
                 wait_file(sock2)
                 time.sleep(3.0)
                 server.clear_requests()
+                window_start = time.time()
                 time.sleep(args.idle)
                 sent = agent_requests(server)
+                passes = resync_passes(proc, window_start)
                 watches = [r for r in sent if r.query.get("watch") in ("true", "1")]
                 others = [r for r in sent if r not in watches]
                 writes = [r for r in sent if r.method in ("PATCH", "PUT", "POST")]
-                resyncs = args.idle / resync
+                resyncs = max(1, passes)
                 renewals = args.idle / watch_timeout
                 per_resync = len(others) / resyncs
                 per_renewal = len(watches) / renewals
                 per_hour = per_resync * 3600 / DEFAULT_RESYNC + per_renewal * 3600 / DEFAULT_WATCH_TIMEOUT
                 results["idle_compressed"] = {
                     "window_s": args.idle, "resync_s": resync, "watch_timeout_s": watch_timeout,
+                    "resync_passes_logged": passes,
                     "watch_requests": len(watches), "other_requests": len(others), "writes": len(writes),
                     "requests_per_resync": round(per_resync, 2), "requests_per_watch_renewal": round(per_renewal, 2),
                     "projected_requests_per_idle_hour_at_defaults": round(per_hour, 1),
@@ -249,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"idle, compressed (resync {comp['resync_s']} s, watch renewal {comp['watch_timeout_s']} s, "
           f"{comp['window_s']:.0f} s): {comp['watch_requests']} watch + {comp['other_requests']} other request(s), "
           f"{comp['writes']} write(s)")
-    print(f"  per resync {comp['requests_per_resync']} requests, per watch renewal {comp['requests_per_watch_renewal']}")
+    print(f"  {comp['resync_passes_logged']} resync passes logged; per resync {comp['requests_per_resync']} requests, "
+          f"per watch renewal {comp['requests_per_watch_renewal']}")
     print(f"  projected requests per idle hour at defaults (resync {DEFAULT_RESYNC} s, watch {DEFAULT_WATCH_TIMEOUT} s): "
           f"{comp['projected_requests_per_idle_hour_at_defaults']} (target <= 12, 0 writes)")
     print(f"steady RSS {results['rss_mib']} MiB (target <= 60)")

@@ -247,3 +247,19 @@ def test_pod_guard_reports_pods_that_lost_their_accelerator(tmp_path, server):
         assert len(server.pods(NODE)) == 2  # no eviction without --evict-orphans
     finally:
         h.close()
+
+
+def test_metrics_port_in_use_fails_start(tmp_path, server):
+    import socket as _socket
+
+    busy = _socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    h = Harness(tmp_path, server)
+    h.agent.settings.metrics_port = busy.getsockname()[1]
+    try:
+        with pytest.raises(OSError):
+            h.agent.start()
+    finally:
+        busy.close()
+        h.sender.close()

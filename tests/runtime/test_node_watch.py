@@ -149,3 +149,23 @@ def test_relevant_ignores_status_noise():
     assert relevant(node) == relevant(noisy)
     assert relevant(None) is None
     assert relevant(node) != relevant({**node, "metadata": {**node["metadata"], "uid": "v"}})
+
+
+def test_hostile_stream_lines_are_dropped_and_errors_classified():
+    from agent.runtime.node_watch import WatchExpired
+
+    got = []
+    watcher = NodeWatcher(None, "n1", got.append)
+    watcher._event(b"not json at all")
+    watcher._event(b'["a list"]')
+    watcher._event(b'{"type": "ADDED"}')
+    watcher._event(b'{"type": "MODIFIED", "object": {"metadata": {"name": "other", "resourceVersion": "7"}}}')
+    assert got == [] and watcher.resource_version == "7"
+    watcher._event(b'{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}')
+    assert watcher.resource_version == "9" and got == []
+    watcher._event(b'{"type": "ADDED", "object": {"metadata": {"name": "n1", "resourceVersion": "10", "labels": {"a": "1"}}}}')
+    assert len(got) == 1 and got[0]["kind"] == "Node"
+    with pytest.raises(WatchExpired):
+        watcher._event(b'{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}')
+    with pytest.raises(RuntimeError):
+        watcher._event(b'{"type": "ERROR", "object": {"kind": "Status", "code": 500}}')
