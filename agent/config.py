@@ -54,6 +54,24 @@ def add_rules_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rules`` plus the label namespace policy; every command that loads the catalogue
+    takes these, so ``plan`` previews exactly what ``apply`` and ``run`` would write."""
+    add_rules_arguments(parser)
+    parser.add_argument("--deny-label-ns", action="append", default=[], metavar="NS",
+                        help="deny a label namespace (exact, or *.suffix); repeatable (NFD -deny-label-ns)")
+    parser.add_argument("--extra-label-ns", action="append", default=[], metavar="NS",
+                        help="re-allow an exact namespace that is denied, even under kubernetes.io; repeatable (NFD -extra-label-ns)")
+
+
+def rule_options(args: argparse.Namespace):
+    """The ``RuleOptions`` the policy flags ask for (defaults when a command has none)."""
+    from agent.rules import RuleOptions
+
+    return RuleOptions(deny_label_ns=tuple(getattr(args, "deny_label_ns", None) or ()),
+                       extra_label_ns=tuple(getattr(args, "extra_label_ns", None) or ()))
+
+
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", default=os.environ.get(ENV_NODE_NAME, ""), help="this node's name (default: $NODE_NAME)")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")

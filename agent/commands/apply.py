@@ -13,7 +13,8 @@ import json
 import logging
 import sys
 
-from agent.config import add_host_arguments, add_node_arguments, add_rules_arguments, discovery_config, rules_dirs, selected_sources
+from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config, rule_options,
+                          rules_dirs, selected_sources)
 
 HELP = "discover, plan and apply this node's labels, extended resources and taints once (the agent loop is `run`)"
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true", help="one pass and exit (apply always does one pass; the flag states it)")
     add_host_arguments(parser)
-    add_rules_arguments(parser)
+    add_policy_arguments(parser)
     add_node_arguments(parser)
     add_reconcile_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="read the Node and print what would change; write nothing")
@@ -102,12 +103,13 @@ def run(args: argparse.Namespace) -> int:
     startup = parse_startup_taints(args.startup_taint)
     api = connect(args)
     found = discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
-    catalogue = rules.load_catalogue(rules_dirs(args))
+    options = rule_options(args)
+    catalogue = rules.load_catalogue(rules_dirs(args), options)
     for problem in getattr(catalogue, "problems", ()):
         log.warning("rule catalogue: %s", problem)
 
     def plan(node_labels):
-        return rules.plan_node(found.features, found.labels, node_labels, catalogue)
+        return rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
 
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
                             startup_taints=startup, max_attempts=max(1, args.retries))

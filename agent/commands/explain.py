@@ -12,7 +12,8 @@ import argparse
 import json
 import sys
 
-from agent.commands.plan import add_plan_arguments, compute, rule_options
+from agent.commands.plan import add_plan_arguments, compute
+from agent.config import rule_options
 
 HELP = "explain where a label / extended resource / taint comes from (file:line, expression, feature instance, host file) or why it is absent"
 

@@ -12,18 +12,9 @@ import json
 import os
 import sys
 
-from agent.config import add_host_arguments, add_rules_arguments, discovery_config, rules_dirs, selected_sources
+from agent.config import add_host_arguments, add_policy_arguments, discovery_config, rule_options, rules_dirs, selected_sources
 
 HELP = "print the desired labels, extended resources, taints and annotations for this host (or a fixture); no cluster needed"
-
-
-def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """Shared by plan, explain and validate: where rules come from and the namespace policy."""
-    add_rules_arguments(parser)
-    parser.add_argument("--deny-label-ns", action="append", default=[], metavar="NS",
-                        help="deny a label namespace (exact, or *.suffix); repeatable (NFD -deny-label-ns)")
-    parser.add_argument("--extra-label-ns", action="append", default=[], metavar="NS",
-                        help="re-allow an exact namespace that is denied, even under kubernetes.io; repeatable (NFD -extra-label-ns)")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,12 +28,6 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
     parser.add_argument("--format", choices=("json", "table"), default="json")
-
-
-def rule_options(args: argparse.Namespace):
-    from agent.rules import RuleOptions
-
-    return RuleOptions(deny_label_ns=tuple(args.deny_label_ns), extra_label_ns=tuple(args.extra_label_ns))
 
 
 def node_labels(args: argparse.Namespace) -> dict[str, str]:

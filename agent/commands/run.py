@@ -19,7 +19,8 @@ import signal
 import sys
 import threading
 
-from agent.config import add_host_arguments, add_node_arguments, discovery_config, rules_dirs, selected_sources
+from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config, rule_options,
+                          rules_dirs, selected_sources)
 
 HELP = "run the agent: keep this node's labels, extended resources and taints in step (the DaemonSet's command)"
 
@@ -42,6 +43,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
 def _udev_mode(text: str) -> str:
     from agent.runtime.event_sources import parse_mode
 
@@ -53,8 +61,6 @@ def _udev_mode(text: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from agent.commands.plan import add_policy_arguments
-
     add_host_arguments(parser)
     add_policy_arguments(parser)
     add_node_arguments(parser)
@@ -63,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-address", default="", help="address to bind the metrics port to (default: all)")
     parser.add_argument("--resync-interval", type=_positive, default=600.0, metavar="SECONDS",
                         help="full rediscovery and reconcile at least this often (jittered +/-10%%)")
+    parser.add_argument("--startup-jitter", type=_non_negative, default=2.0, metavar="SECONDS",
+                        help="wait a random 0..SECONDS before the first API request, so a rollout's agents do not all "
+                             "start at once (0: no wait)")
     parser.add_argument("--udev-mode", type=_udev_mode, default="kernel", metavar="MODE",
                         help="device events: kernel (netlink uevents, no hostNetwork needed), udev (udevd's events; "
                              "needs hostNetwork and /run/udev), poll (list devices every --poll-interval), off "
@@ -86,7 +95,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace):
     from agent.commands.apply import parse_startup_taints
-    from agent.commands.plan import rule_options
     from agent.runtime.agent import Settings
 
     if args.evict_orphans and not args.pod_guard:
@@ -95,7 +103,7 @@ def settings_from_args(args: argparse.Namespace):
     return Settings(
         node_name=args.node_name, rules_dirs=rules_dirs(args), host_root=args.host_root,
         sources=selected_sources(args), discovery_config=discovery_config(args), rule_options=rule_options(args),
-        resync_interval=args.resync_interval, debounce=max(0.0, args.debounce),
+        resync_interval=args.resync_interval, startup_jitter=args.startup_jitter, debounce=max(0.0, args.debounce),
         debounce_max=max(1.0, args.debounce), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
         startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,
         evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from agent.config import rules_dirs
-from agent.commands.plan import add_policy_arguments, rule_options
+from agent.config import add_policy_arguments, rule_options
 
 HELP = "check label files and NodeFeatureRule YAML; exit non-zero with file:line messages on any error"
 
