@@ -88,7 +88,7 @@ def start_agent(tmp: Path, server: FakeApiServer, host: CoralHost, sock: str, *e
     cmd = [sys.executable, "-m", "agent", "--log-format", "json", "--log-level", level, "run",
            f"--host-root={host.root}", f"--rules={REPO / 'labels'}", f"--node-name={NODE}",
            f"--kubeconfig={kubeconfig}", "--metrics-port=0", "--metrics-address=127.0.0.1",
-           f"--udev-mode=inject:{sock}", "--startup-taint=node-feature-agent.io/not-ready:NoSchedule", *extra]
+           f"--udev-mode=inject:{sock}", "--startup-jitter=0", "--startup-taint=node-feature-agent.io/not-ready:NoSchedule", *extra]
     log = open(tmp / f"agent-{len(list(tmp.glob('agent-*.log')))}.log", "w")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     proc.log_path = Path(log.name)  # type: ignore[attr-defined]

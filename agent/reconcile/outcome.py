@@ -21,6 +21,9 @@ class ReconcileOutcome:
     retry_after: float | None = None
     #: the desired state used (None when the node could not be read)
     desired: DesiredNodeState | None = None
+    #: the error was 404 on the Node (not registered yet, deleted, or a wrong --node-name): the
+    #: run loop retries as soon as its Node watch sees the node appear, not after the backoff
+    node_missing: bool = False
 
     @property
     def ok(self) -> bool:

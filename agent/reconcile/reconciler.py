@@ -306,4 +306,5 @@ class Reconciler:
         log.error("node %s: %s (next attempt in %.1fs)", self.node_name, text, delay, extra={"node": self.node_name, "event": "error"})
         return ReconcileOutcome(changed=writes > 0, writes=writes, applied=tuple(applied), problems=tuple(problems),
                                 error=text, node_uid=live.uid if live else self._node_uid,
-                                resource_version=live.resource_version if live else "", retry_after=delay, desired=desired)
+                                resource_version=live.resource_version if live else "", retry_after=delay, desired=desired,
+                                node_missing=isinstance(err, NodeNotFound))

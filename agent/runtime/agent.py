@@ -18,6 +18,10 @@ Node-only batches that are echoes of our own writes are dropped (``RecordingNode
 Resync: every ``resync_interval`` seconds +/- ``resync_jitter`` (a DaemonSet's agents spread
 out), full rediscovery + reload; with a live watch it costs no API request when nothing changed.
 Startup taints go after the first converged reconcile (the Reconciler does it).
+Startup jitter: the first LIST (Node watch) and the first pass wait a random
+``[0, startup_jitter)`` seconds, so the agents a rollout starts together do not hit the API
+server in the same instant. A Node that is not registered (404) is retried as soon as the
+watch sees it appear, not after the error backoff.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class Settings:
     rule_options: Any = None
     resync_interval: float = 600.0
     resync_jitter: float = 0.1
+    startup_jitter: float = 0.0
     debounce: float = 0.15
     debounce_max: float = 1.0
     udev_mode: str = "kernel"
@@ -121,6 +126,8 @@ class Agent:
         self._plan = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
+        self._node_missing = False
+        self._node_deliveries = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Agent":
@@ -131,13 +138,15 @@ class Agent:
         self._start_hotplug()
         if s.watch_rules:
             self.rules_watcher = RulesWatcher(s.rules_dirs, lambda: self.queue.put(q.RULES)).start()
+        delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
-                                            timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout).start()
-        self.queue.put(q.STARTUP, sources=None)
+                                            timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
+                                            initial_delay=delay).start()
+        self.queue.put(q.STARTUP, sources=None, delay=delay)
         self._worker.start()
-        log.info("agent started for node %s (udev mode %s, resync %.0fs)", s.node_name, s.udev_mode, s.resync_interval,
-                 extra={"node": s.node_name, "event": "started"})
+        log.info("agent started for node %s (udev mode %s, resync %.0fs, first pass in %.2fs)", s.node_name,
+                 s.udev_mode, s.resync_interval, delay, extra={"node": s.node_name, "event": "started"})
         return self
 
     def _start_hotplug(self) -> None:
@@ -214,7 +223,9 @@ class Agent:
             self.queue.put(q.HOTPLUG, sources=sources)
 
     def _node_changed(self, node: dict[str, Any]) -> None:
-        self.queue.put(q.NODE, sources=(), node=node)
+        # after a 404 the pending retry waits out the backoff; the node appearing ends the wait
+        self._node_deliveries += 1
+        self.queue.put(q.NODE, sources=(), node=node, expedite=self._node_missing)
 
     def _observe_discovery(self, source: str, seconds: float) -> None:
         self.metrics.discovery_duration.labels(source).observe(seconds)
@@ -290,9 +301,11 @@ class Agent:
                 return
         rerun = self.discovery.refresh(batch.sources) if (batch.sources is None or batch.sources) else ()
         plan = self._plan_fn()
+        deliveries = self._node_deliveries
         outcome = self.reconciler.reconcile(plan, live_node=self._live_node())
         self.passes += 1
         self.last_outcome = outcome
+        self._node_missing = outcome.node_missing
         desired = outcome.desired
         if outcome.error:
             result = "error"
@@ -308,7 +321,9 @@ class Agent:
                  extra={"node": self.settings.node_name, "event": "reconcile",
                         "change": "; ".join(outcome.applied)[:500] if outcome.applied else ""})
         if outcome.error:
-            self.queue.put(q.RETRY, delay=outcome.retry_after if outcome.retry_after is not None else 1.0)
+            # a node that registered while this pass got its 404 was delivered before the flag was set
+            self.queue.put(q.RETRY, delay=outcome.retry_after if outcome.retry_after is not None else 1.0,
+                           expedite=outcome.node_missing and self._node_deliveries != deliveries)
             return
         if not self.ready.is_set():
             self.ready.set()

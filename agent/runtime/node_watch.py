@@ -60,13 +60,15 @@ class NodeWatcher:
 
     def __init__(self, core: Any, node_name: str, on_change: Callable[[dict[str, Any]], None], *,
                  timeout_seconds: int = DEFAULT_WATCH_TIMEOUT, read_timeout: float = DEFAULT_READ_TIMEOUT,
-                 backoff: BackoffSettings = BackoffSettings(), on_deleted: Callable[[], None] | None = None) -> None:
+                 backoff: BackoffSettings = BackoffSettings(), on_deleted: Callable[[], None] | None = None,
+                 initial_delay: float = 0.0) -> None:
         self.core = core
         self.node_name = node_name
         self.on_change = on_change
         self.on_deleted = on_deleted
         self.timeout_seconds = max(1, int(timeout_seconds))
         self.read_timeout = read_timeout
+        self.initial_delay = max(0.0, initial_delay)
         self.backoff = Backoff(backoff)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -119,6 +121,8 @@ class NodeWatcher:
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         need_list = True
+        if self.initial_delay:
+            self._wait(self.initial_delay)  # the agent's startup jitter: spread a rollout's first LISTs
         while not self._stop.is_set():
             try:
                 if need_list:

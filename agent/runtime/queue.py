@@ -62,8 +62,9 @@ class TriggerQueue:
         return self._stopped
 
     def put(self, kind: str, *, sources: Iterable[str] | None = (), node: Mapping[str, Any] | None = None,
-            delay: float = 0.0) -> bool:
-        """Add a trigger; ``sources=None`` asks for a full rediscovery. False once stopped."""
+            delay: float = 0.0, expedite: bool = False) -> bool:
+        """Add a trigger; ``sources=None`` asks for a full rediscovery. False once stopped.
+        ``expedite``: the batch is due now, even if an earlier part (a retry's backoff) said later."""
         if kind not in KINDS:
             raise ValueError(f"unknown trigger {kind!r}")
         with self._cond:
@@ -86,7 +87,7 @@ class TriggerQueue:
                 due = min(now + self.debounce, batch.burst_started + self.debounce_max)
             else:
                 due = now + max(0.0, delay)
-            batch.due = max(batch.due, due)
+            batch.due = now if expedite else max(batch.due, due)
             self._cond.notify_all()
             return True
 

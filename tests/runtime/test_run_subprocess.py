@@ -30,7 +30,7 @@ class AgentProcess:
         cmd = [sys.executable, "-m", "agent", "--log-format", "json", "run", f"--host-root={self.host.root}",
                f"--rules={REPO / 'labels'}", f"--node-name={NODE}", f"--kubeconfig={kubeconfig}",
                "--metrics-port=0", "--metrics-address=127.0.0.1", f"--udev-mode=inject:{self.socket_path}",
-               "--debounce=0.05", "--startup-taint=node-feature-agent.io/not-ready:NoSchedule", *extra]
+               "--debounce=0.05", "--startup-jitter=0", "--startup-taint=node-feature-agent.io/not-ready:NoSchedule", *extra]
         self.stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
