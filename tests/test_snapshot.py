@@ -178,3 +178,24 @@ def test_cli_writes_a_snapshot_that_discover_replays(tmp_path):
     a = json.loads(run("discover", "--host-root", str(FIXTURES / case)).stdout)
     b = json.loads(run("discover", "--host-root", str(extracted)).stdout)
     assert a == b
+
+
+@pytest.mark.parametrize("output", ["live-dir", "live.tar.gz"])
+def test_cli_snapshot_of_this_machine_replays_what_discover_sees_live(output, tmp_path):
+    """The bug-report path exactly as documented: ``snapshot --host-root /`` (a directory or a
+    .tar.gz), then ``discover --host-root SNAPSHOT`` prints what ``discover --host-root /`` prints."""
+    run = lambda *a: subprocess.run(CLI + ["--log-level", "error", *a], capture_output=True, text=True, timeout=300)  # noqa: E731
+    out = tmp_path / output
+    made = run("snapshot", "--output", str(out), "--host-root", "/")
+    assert made.returncode == 0, made.stderr
+    tree = out
+    if output.endswith(".tar.gz"):
+        tree = tmp_path / "extracted"
+        with tarfile.open(out) as tar:
+            tar.extractall(tree, filter="tar")
+    live = run("discover", "--host-root", "/")
+    replayed = run("discover", "--host-root", str(tree))
+    assert live.returncode == 0 and replayed.returncode == 0, live.stderr + replayed.stderr
+    live_json, replayed_json = json.loads(live.stdout), json.loads(replayed.stdout)
+    assert live_json["labels"], "live discovery found nothing at all"
+    assert replayed_json == live_json
