@@ -1,0 +1,1 @@
+"""The fault matrix (issue 7), end to end: see tests/faults/README in this docstring below."""
