@@ -12,7 +12,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY agent/ ./agent/
-RUN pip wheel --wheel-dir /wheels .
+# What `run` needs at runtime: kubernetes, pyudev (+ libudev1 below), watchfiles, PyYAML,
+# prometheus-client, psutil, py-cpuinfo, jsonpatch. Every compiled one (watchfiles, PyYAML,
+# psutil, and kubernetes' aiohttp/pydantic-core/...) publishes manylinux wheels for x86_64
+# and aarch64; --prefer-binary keeps the compiler-free slim builder on them.
+RUN pip wheel --prefer-binary --wheel-dir /wheels .
 
 # ---- runtime: only the interpreter, libudev (for pyudev) and the wheels -------------------
 FROM python:${PYTHON_VERSION}-slim AS runtime

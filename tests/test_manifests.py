@@ -186,6 +186,71 @@ def test_what_the_image_would_run_discovers_a_fixture(case):
     assert result["labels"] == discover(HostFS(root), DiscoveryConfig()).labels
 
 
+def image_run_args(host_root: Path) -> list[str]:
+    """The DaemonSet's args as they are, re-rooted at a fixture host and the repo's labels/ (the
+    image copies labels/ to --rules, checked in tests/test_dockerfile.py), with the metrics port
+    moved to a free loopback one (8080 may be taken on a shared test machine)."""
+    out = []
+    for arg in ARGS:
+        name = arg.split("=", 1)[0]
+        if name == "--host-root":
+            arg = f"--host-root={host_root}"
+        elif name == "--rules":
+            arg = f"--rules={LABELS_DIR}"
+        elif name == "--metrics-port":
+            arg = "--metrics-port=0"
+        out.append(arg)
+    return [*out, "--metrics-address=127.0.0.1"]
+
+
+@pytest.mark.slow
+def test_what_the_image_would_run_labels_its_node_and_stops_on_sigterm(tmp_path):
+    """The container's command (console script + the DaemonSet's args, NODE_NAME from the
+    environment) against the in-repo API server: it labels the Node, removes the startup taint
+    and exits 0 on SIGTERM, as the kubelet stops it."""
+    import os
+    import signal
+    import time
+
+    from tests.support.apiserver import FakeApiServer
+
+    script = Path(sys.executable).parent / "node-feature-agent"
+    if not script.exists():
+        pytest.skip("node-feature-agent console script not installed in this environment")
+    node_name = "image-node-1"
+    (taint,) = flag("startup-taint")
+    taint_key, effect = taint.split(":")[0].split("=")[0], taint.rsplit(":", 1)[1]
+    with FakeApiServer(bookmark_interval=0.5) as server:
+        server.add_node(node_name, register_taints=[{"key": taint_key, "effect": effect}])
+        env = {**os.environ, "NODE_NAME": node_name, "KUBECONFIG": str(server.kubeconfig(tmp_path / "kubeconfig"))}
+        env.pop("NODE_FEATURE_AGENT_RULES", None)
+        log_path = tmp_path / "agent.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([str(script), *image_run_args(FIXTURES / "coral-usb")], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                node = server.node(node_name)
+                labels = node["metadata"].get("labels") or {}
+                taints = [t["key"] for t in node["spec"].get("taints") or []]
+                if labels.get("accelerators/edgetpu") == "true" and taint_key not in taints:
+                    break
+                assert proc.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, f"node not labelled: {log_path.read_text()}"
+                time.sleep(0.05)
+            assert any(k.startswith("feature.node.kubernetes.io/usb-") for k in labels)
+            assert node["status"]["capacity"]["node-feature-agent.io/edgetpu"] == "1"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, log_path.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        # labels stay after shutdown (removing them is `clean`'s job)
+        assert server.node(node_name)["metadata"]["labels"].get("accelerators/edgetpu") == "true"
+
+
 @pytest.mark.parametrize("case", FIXTURE_CASES)
 def test_every_host_file_discovery_reads_is_mounted(case):
     """A source reading a host path the DaemonSet does not mount would see nothing in a pod."""
