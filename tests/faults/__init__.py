@@ -1,1 +1,34 @@
-"""The fault matrix (issue 7), end to end: see tests/faults/README in this docstring below."""
+"""The fault matrix (issue 7), end to end, in one place.
+
+Every case runs the real agent loop (``agent.runtime.agent.Agent`` in-process, or the
+``run`` command as a process where a signal is needed) against the in-repo API server over
+real HTTP, on a writable copy of fixtures/sysfs/coral-usb, with a Node seeded with foreign
+labels, annotations, taints and an extended resource. Each asserts convergence once the fault
+clears (the Node equals a plan computed apart from the agent), the ``Ledger``
+(``harness.py``) clean on every version the agent wrote (no foreign item touched, no owned
+label or resource flapped; no PATCH removing one), and the foreign parts as seeded.
+``test_ledger.py`` proves the ledger catches each violation.
+
+=====================================  ====================================================  =========================
+fault                                  test                                                  also covered (narrower)
+=====================================  ====================================================  =========================
+API down at start (refused, 1 s+)      test_api_faults::test_api_down_at_start               reconcile/test_faults_e2e::test_refused_connections_then_recovery
+API down mid-run (+ streams cut)       test_api_faults::test_api_down_mid_run                runtime/test_agent_e2e::test_api_outage_is_retried_and_stop_is_prompt
+watch dropped (clean and abrupt)       test_api_faults::test_watch_dropped_cleanly_and_abruptly  runtime/test_node_watch::test_continues_from_last_version_after_a_dropped_watch
+410 Gone (compaction)                  test_api_faults::test_410_gone_relists_and_catches_the_missed_change  runtime/test_node_watch::test_410_relists_and_reports_a_change_made_meanwhile
+409 storm (writer every 50 ms)         test_api_faults::test_409_storm_from_a_second_writer_every_50ms
+429 + Retry-After (waited >= 1 s)      test_api_faults::test_429_retry_after_is_waited_out   reconcile/test_faults_e2e::test_429_retry_after_is_honoured
+500/503 bursts (start and mid-run)     test_api_faults::test_500_and_503_bursts_at_start_and_mid_run  reconcile/test_faults_e2e::test_server_error_burst_is_retried_with_exponential_backoff
+5 s slow responses (client times out)  test_api_faults::test_5s_slow_responses_time_out_and_converge  reconcile/test_faults_e2e::test_slow_responses_time_out_and_are_retried
+node deleted and recreated (new uid)   test_node_faults::test_node_deleted_and_recreated_gets_everything_again_on_the_new_uid  runtime/test_agent_e2e::test_not_ready_until_the_node_registers
+owned label deleted by someone else    test_node_faults::test_owned_label_deleted_by_someone_else_is_restored_and_their_edit_kept  runtime/test_agent_e2e::test_a_deleted_owned_label_and_resource_are_restored
+SIGTERM during a patch (process)       test_node_faults::test_sigterm_during_a_patch_exits_0_and_leaves_whole_writes_only  runtime/test_run_subprocess::test_sigterm_during_a_slow_write_still_exits_zero
+label dir replaced by an invalid one   test_host_faults::test_label_dir_replaced_by_an_invalid_one_keeps_the_last_good_rules  runtime/test_agent_e2e::test_a_rule_edit_propagates_and_a_broken_edit_keeps_the_last_good_rules
+sysfs devices vanishing mid-scan       test_host_faults::test_sysfs_devices_vanishing_mid_scan  fuzz/ (whole-host chaos)
+=====================================  ====================================================  =========================
+
+The narrower tests check one component or the final state only; the cases here add the
+whole loop, the foreign seed and the per-write ledger. Backoffs are shrunk (50-200 ms) so the
+whole matrix runs in well under a minute; the 5 s slow responses and the 1 s Retry-After are
+real waits.
+"""

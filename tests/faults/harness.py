@@ -203,7 +203,12 @@ class Ledger:
 
     def __init__(self, server, node: str = NODE) -> None:
         self.server, self.node = server, node
-        self.start_rv = server.store.rv
+        with server.store.lock:
+            self.start_rv = server.store.rv
+            try:
+                self.initial: dict | None = server.node(node)
+            except Exception:  # not registered yet
+                self.initial = None
         self.test_rvs: set[int] = set()
         self._lock = threading.Lock()
         for name in ("edit_node", "add_node", "delete_node"):
@@ -227,7 +232,7 @@ class Ledger:
 
     def agent_writes(self) -> list[tuple[dict, dict]]:
         """(previous version, version the agent wrote) pairs, oldest first."""
-        pairs, previous = [], None
+        pairs, previous = [], self.initial
         with self._lock:
             test_rvs = set(self.test_rvs)
         for event in self.versions():
