@@ -1,0 +1,121 @@
+"""The operator docs stay true: README.md's quick start and command list, deploy/README.md's
+`run` flag table and metrics table, and every relative link, checked against the code."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+
+import pytest
+
+from agent.cli import build_parser, main
+from agent.config import IMAGE_RULES_DIR, default_rules_dirs
+from agent.runtime.metrics import AgentMetrics
+from tests.conftest import LABELS_DIR, REPO
+
+README = REPO / "README.md"
+DEPLOY_README = REPO / "deploy" / "README.md"
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def section(text: str, heading: str) -> str:
+    """The body of the markdown section starting at ``heading`` up to the next heading of its level."""
+    level = heading.split(" ", 1)[0]
+    start = text.index(heading + "\n")
+    rest = text[start + len(heading) + 1:]
+    nxt = re.search(rf"^{level} ", rest, re.M)
+    return rest[: nxt.start()] if nxt else rest
+
+
+def table_first_cells(body: str) -> list[str]:
+    rows = [line for line in body.splitlines() if line.startswith("|") and not line.startswith("|---")]
+    return [row.split("|")[1].strip() for row in rows[1:]]  # without the header row
+
+
+def public_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {opt for action in parser._actions if action.help != argparse.SUPPRESS
+            for opt in action.option_strings if opt.startswith("--") and opt != "--help"}
+
+
+def test_run_flag_table_matches_run_help():
+    cells = table_first_cells(section(DEPLOY_README.read_text(), "## The `run` command's flags"))
+    documented = {re.match(r"`(--[a-z-]+)", c).group(1) for c in cells}
+    assert documented == public_flags(subparsers()["run"])
+
+
+def test_flag_table_check_can_fail():
+    """A flag added to run without a doc row is caught (the comparison is not vacuous)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--not-documented")
+    parser.add_argument("--hidden", help=argparse.SUPPRESS)
+    assert public_flags(parser) == {"--not-documented"}
+
+
+def test_documented_udev_modes_are_accepted_by_run():
+    body = section(DEPLOY_README.read_text(), "## The udev switch: `--udev-mode`")
+    modes = [re.match(r"`([^`]+)`", c).group(1) for c in table_first_cells(body)]
+    assert {"kernel", "udev", "poll", "off"} <= set(modes)
+    run = subparsers()["run"]
+    for mode in modes:
+        assert run.parse_args([f"--udev-mode={mode}"]).udev_mode == mode
+
+
+def test_metrics_table_lists_exactly_the_registered_metrics():
+    body = section(DEPLOY_README.read_text(), "## Metrics")
+    documented = {c.strip("`") for c in table_first_cells(body)}
+    exposed = AgentMetrics().render().decode()
+    # as scraped; prometheus_client's per-series "<counter>_created" timestamps are not ours to document
+    registered = {m for m in re.findall(r"^# TYPE (\S+) ", exposed, re.M) if not m.endswith("_created")}
+    assert "nfa_rules_reload_total" in documented
+    assert documented == registered
+
+
+def test_readme_commands_list_is_every_subcommand():
+    body = section(README.read_text(), "## Commands")
+    listed = re.findall(r"^- `([a-z]+)", body, re.M)
+    assert listed == list(subparsers())
+
+
+@pytest.mark.parametrize("path", [README, DEPLOY_README], ids=lambda p: p.relative_to(REPO).as_posix())
+def test_relative_links_resolve(path):
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text())
+    assert links
+    for link in links:
+        assert (path.parent / link).exists(), link
+
+
+def quick_start_lines() -> list[str]:
+    body = section(README.read_text(), "## Quick start (no cluster needed)")
+    return [line.strip() for line in body.splitlines() if line.startswith("    ")]
+
+
+def test_quick_start_is_one_setup_line_and_one_test_line():
+    lines = quick_start_lines()
+    assert len(lines) == 2 and lines[1] == "bash .ci/run"
+    assert lines[0].startswith("python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && ")
+
+
+def test_quick_start_main_job_runs_and_shows_discovery_and_the_plan(capsys, monkeypatch):
+    """The job after set-up, as the installed console script would run it (same entry point),
+    with the default rules dir: in an editable install that is the repo's labels/."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("NODE_FEATURE_AGENT_RULES", raising=False)
+    assert default_rules_dirs() == [str(LABELS_DIR)]
+    job = shlex.split(quick_start_lines()[0].rsplit("&& ", 1)[1])
+    assert job[0] == ".venv/bin/node-feature-agent"
+    assert main(job[1:]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  accelerators/edgetpu +true +<- .*labels/rules/accelerators\.yaml:\d+$", out, re.M)  # a rule
+    assert re.search(r"^  feature\.node\.kubernetes\.io/usb-ff_18d1_9302\.present +true +<- discovery$", out, re.M)
+    assert re.search(r"^  node-feature-agent\.io/edgetpu +1 ", out, re.M)  # extended resource
+
+
+def test_image_default_rules_dir_is_where_the_dockerfile_copies_labels():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert f"COPY labels/ {IMAGE_RULES_DIR}/" in dockerfile
+    assert f"NODE_FEATURE_AGENT_RULES={IMAGE_RULES_DIR}" in dockerfile
