@@ -142,7 +142,7 @@ class Agent:
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
                                             timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
-                                            initial_delay=delay).start()
+                                            backoff=s.backoff, initial_delay=delay).start()
         self.queue.put(q.STARTUP, sources=None, delay=delay)
         self._worker.start()
         log.info("agent started for node %s (udev mode %s, resync %.0fs, first pass in %.2fs)", s.node_name,

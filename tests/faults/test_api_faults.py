@@ -55,6 +55,8 @@ def test_watch_dropped_cleanly_and_abruptly(server, ledger, make_harness):
     want = h.wait_converged()
     watcher = h.agent.node_watcher
     for abrupt in (False, True):
+        # the previous round's stream may still be winding down: drop only once a fresh one is open
+        wait_for(lambda: any(w.drop is None for w in list(server.watches.open)), what="an open watch to drop")
         watches, lists = watcher.watches, watcher.lists
         assert server.drop_watches(abrupt=abrupt) >= 1
         # a change made while the agent is reconnecting is still seen: it continues from its version
