@@ -96,8 +96,21 @@ def quick_start_lines() -> list[str]:
 
 def test_quick_start_is_one_setup_line_and_one_test_line():
     lines = quick_start_lines()
-    assert len(lines) == 2 and lines[1] == "bash .ci/run"
+    assert lines[-1] == "bash .ci/run"
     assert lines[0].startswith("python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && ")
+    assert [line for line in lines if "pip install" in line or ".ci/run" in line] == [lines[0], lines[-1]]
+
+
+def test_quick_start_extra_examples_run(capsys, monkeypatch):
+    """Lines between set-up and tests are further things to try; each must work as written."""
+    monkeypatch.chdir(REPO)
+    examples = quick_start_lines()[1:-1]
+    assert any(" discover " in line for line in examples)
+    for line in examples:
+        job = shlex.split(line)
+        assert job[0] == ".venv/bin/node-feature-agent"
+        assert main(job[1:]) == 0, line
+        assert "feature.node.kubernetes.io/" in capsys.readouterr().out
 
 
 def test_quick_start_main_job_runs_and_shows_discovery_and_the_plan(capsys, monkeypatch):
