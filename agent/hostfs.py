@@ -30,9 +30,9 @@ _MAX_LINK_HOPS = 40
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ENOTDIR})
 
 
-def _open_nonblocking(path: str, flags: int) -> int:
-    """``open`` that cannot hang on a FIFO with no writer (no effect on regular files)."""
-    return os.open(path, flags | os.O_NONBLOCK)
+#: read-only, close-on-exec, and non-blocking so a FIFO with no writer cannot hang discovery
+#: (no effect on regular files)
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class HostFileError(OSError):
@@ -154,10 +154,25 @@ class HostFS:
         """
         self._record(host_path)
         try:
-            with open(self._real(self._normalise(host_path)), "rb", opener=_open_nonblocking) as handle:
-                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            # raw descriptors, not io objects: this is the hottest call of a discovery pass
+            fd = os.open(self._real(self._normalise(host_path)), _READ_FLAGS)
+            try:
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode):  # os.open succeeds on a directory where open() would not
+                    raise HostFileError(host_path, os.strerror(errno.EISDIR))
+                if not stat.S_ISREG(mode):
                     raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
-                return handle.read(max_bytes)
+                chunks = []
+                left = max_bytes
+                while left > 0:
+                    chunk = os.read(fd, left)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    left -= len(chunk)
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            finally:
+                os.close(fd)
         except HostFileError:
             raise
         except OSError as exc:
