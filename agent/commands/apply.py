@@ -41,17 +41,23 @@ def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events on the Node")
 
 
-def connect(args: argparse.Namespace):
-    """A ``NodeApi`` from --kubeconfig / in-cluster config; ``SystemExit(1)`` with a clear message otherwise."""
+def connect(args: argparse.Namespace, build=None):
+    """A ``NodeApi`` from --kubeconfig / in-cluster config; ``SystemExit(2)`` without a node
+    name, ``SystemExit(1)`` with a clear message when the configuration cannot be loaded.
+
+    ``build(kubeconfig_or_None)`` makes the client; the default is ``NodeApi.from_config``
+    (the generated ``CoreV1Api``); ``run`` passes its lighter one."""
     from kubernetes.config.config_exception import ConfigException
 
-    from agent.reconcile import NodeApi
+    if build is None:
+        from agent.reconcile import NodeApi
 
+        build = NodeApi.from_config
     if not args.node_name:
         print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
         raise SystemExit(2)
     try:
-        return NodeApi.from_config(args.kubeconfig or None)
+        return build(args.kubeconfig or None)
     except (ConfigException, OSError, ValueError) as exc:
         where = args.kubeconfig or "in-cluster service account"
         print(f"error: cannot load Kubernetes client configuration ({where}): {exc}", file=sys.stderr)

@@ -111,21 +111,13 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def connect(args: argparse.Namespace):
-    """A ``NodeApi`` on the light CoreV1 subset (see ``agent.runtime.light_core``); exit 1 with
-    a clear message when the client configuration cannot be loaded."""
-    from kubernetes.config.config_exception import ConfigException
+    """A ``NodeApi`` on the light CoreV1 subset (see ``agent.runtime.light_core``), with
+    ``apply``'s checks and error messages."""
+    from agent.commands.apply import connect as connect_with
+    from agent.reconcile.node_api import load_configuration
+    from agent.runtime.light_core import light_node_api
 
-    from agent.runtime.light_core import light_node_api, load_configuration
-
-    if not args.node_name:
-        print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
-        raise SystemExit(2)
-    try:
-        return light_node_api(load_configuration(args.kubeconfig or None))
-    except (ConfigException, OSError, ValueError) as exc:
-        where = args.kubeconfig or "in-cluster service account"
-        print(f"error: cannot load Kubernetes client configuration ({where}): {exc}", file=sys.stderr)
-        raise SystemExit(1) from exc
+    return connect_with(args, build=lambda kubeconfig: light_node_api(load_configuration(kubeconfig)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -138,6 +138,21 @@ def classify(operation: str, exc: BaseException) -> NodeApiError:
     raise TypeError(f"not an API error: {exc!r}") from exc
 
 
+def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
+    """The client ``Configuration`` from a kubeconfig file, or the in-cluster service account
+    when ``kubeconfig`` is empty. urllib3's own retries are switched off: the reconciler's
+    backoff is the single retry policy (and the write counts in tests are exact)."""
+    from kubernetes import config as k8s_config
+
+    configuration = k8s_client.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    configuration.retries = False
+    return configuration
+
+
 class NodeApi:
     """The handful of calls the agent makes on its own Node, returning JSON dicts."""
 
@@ -147,18 +162,8 @@ class NodeApi:
 
     @classmethod
     def from_config(cls, kubeconfig: str | None = None, *, request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> "NodeApi":
-        """In-cluster config when ``kubeconfig`` is empty, else that file. urllib3's own retries
-        are switched off: the reconciler's backoff is the single retry policy (and the write
-        counts in tests are exact)."""
-        from kubernetes import config as k8s_config
-
-        configuration = k8s_client.Configuration()
-        if kubeconfig:
-            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        configuration.retries = False
-        return cls.from_configuration(configuration, request_timeout=request_timeout)
+        """A ``NodeApi`` on the generated ``CoreV1Api``, configured by :func:`load_configuration`."""
+        return cls.from_configuration(load_configuration(kubeconfig), request_timeout=request_timeout)
 
     @classmethod
     def from_configuration(cls, configuration: k8s_client.Configuration, *,

@@ -88,22 +88,6 @@ class LightCoreV1Api:
                           {"namespace": namespace, "name": name}, body=body, **kw)
 
 
-def load_configuration(kubeconfig: str | None):
-    """The client ``Configuration`` from a kubeconfig file or the in-cluster service account,
-    with urllib3 retries off (the Reconciler's backoff is the one retry policy), as
-    ``NodeApi.from_config`` does."""
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-
-    configuration = k8s_client.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    configuration.retries = False
-    return configuration
-
-
 def light_node_api(configuration):
     """A ``NodeApi`` on ``LightCoreV1Api``."""
     from agent.reconcile.node_api import NodeApi

@@ -7,7 +7,8 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled
-from agent.runtime.light_core import LightCoreV1Api, light_node_api, load_configuration
+from agent.reconcile.node_api import load_configuration
+from agent.runtime.light_core import LightCoreV1Api, light_node_api
 from tests.support.apiserver import FakeApiServer
 
 RAW = {"_preload_content": False, "_request_timeout": (5, 10)}
