@@ -144,3 +144,11 @@ class AttributeReader:
             self.error(path, f"unlistable: {exc.reason}")
             return []
 
+    def glob(self, pattern: str) -> list[str]:
+        """Host paths matching ``pattern``; error + ``[]`` when its directory is unlistable."""
+        try:
+            return self.host.glob(pattern)
+        except HostFileError as exc:
+            self.error(exc.host_path, f"unlistable: {exc.reason}")
+            return []
+

@@ -14,6 +14,7 @@ import logging
 from agent.discovery import DiscoveryConfig
 from agent.features import Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
+from agent.sources._sysfs import AttributeReader
 from agent.sources.cpu_flags import CpuInfoBlock, arm_model, nfd_flags, parse_first_block, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 
@@ -38,37 +39,12 @@ DMI_HYPERVISORS = (("Microsoft Corporation", "msvm"), ("VMware", "vmware"), ("Xe
 _CPUINFO_READ_LIMIT = 256 * 1024  # the first processor block is a few KiB even with every flag
 
 
-class _Probe:
-    """Reads through the seam, turning every failure into a ``SourceError`` (never raising)."""
+class _Probe(AttributeReader):
+    """Reads through the seam, turning every failure into a ``SourceError`` (never raising);
+    adds whole-number attributes to the shared sysfs reader."""
 
     def __init__(self, host: HostFS):
-        self.host = host
-        self.errors: list[SourceError] = []
-
-    def error(self, path: str, message: str) -> None:
-        self.errors.append(SourceError(NAME, path, message))
-
-    def attr(self, path: str) -> str | None:
-        try:
-            return self.host.read_attr(path)
-        except HostFileError as exc:
-            self.error(path, f"unreadable: {exc.reason}")
-            return None
-
-    def listdir(self, path: str) -> list[str]:
-        """Entries of a directory; ``[]`` when missing, error + ``[]`` when it is not a directory."""
-        try:
-            return self.host.listdir(path)
-        except HostFileError as exc:
-            self.error(path, f"unlistable: {exc.reason}")
-            return []
-
-    def glob(self, pattern: str) -> list[str]:
-        try:
-            return self.host.glob(pattern)
-        except HostFileError as exc:
-            self.error(exc.host_path, f"unlistable: {exc.reason}")
-            return []
+        super().__init__(host, NAME)
 
     def integer(self, path: str) -> int | None:
         value = self.attr(path)
