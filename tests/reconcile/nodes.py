@@ -1,12 +1,13 @@
 """Test helpers: Node dicts shaped like the API's, and a local applier of our two patch types
-(RFC 7386 merge patch, RFC 6902 JSON patch via ``jsonpatch``) for pure convergence tests."""
+(RFC 7386 merge patch, shared with the in-repo API server; RFC 6902 JSON patch via ``jsonpatch``) for pure convergence tests."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Mapping
 
 import jsonpatch
+
+from tests.support.patching import merge_patch
 
 
 def node(labels=None, annotations=None, taints=None, capacity=None, allocatable=None, *, uid="uid-1", rv="1",
@@ -27,18 +28,6 @@ def node(labels=None, annotations=None, taints=None, capacity=None, allocatable=
         if allocatable is not None:
             obj["status"]["allocatable"] = dict(allocatable)
     return obj
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def apply_merge(obj: dict, patch: Mapping) -> dict:
