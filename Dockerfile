@@ -12,6 +12,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY agent/ ./agent/
+# agent/labels links to ../labels: the wheel carries the catalogue (agent.config.packaged_catalogue)
+COPY labels/ ./labels/
 # What `run` needs at runtime: kubernetes, pyudev (+ libudev1 below), watchfiles, PyYAML,
 # prometheus-client, psutil, py-cpuinfo, jsonpatch. Every compiled one (watchfiles, PyYAML,
 # psutil, and kubernetes' aiohttp/pydantic-core/...) publishes manylinux wheels for x86_64

@@ -13,12 +13,21 @@ import sys
 
 from agent import __version__
 from agent.logs import setup_logging
+from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args
 
 COMMANDS = ("discover", "plan", "explain", "validate", "apply", "clean", "run", "snapshot")
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (``error: <command>: <why>``) and exit status 2,
+    instead of argparse's usage block: a log collector keeps the reason in one record."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="node-feature-agent",
         description="Discover this node's hardware, map it to generalized labels and extended resources, and keep its Node object in step.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -46,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     try:
+        check_args(args)
         return int(args._run(args) or 0)
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

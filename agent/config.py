@@ -18,6 +18,43 @@ ENV_NODE_NAME = "NODE_NAME"
 IMAGE_RULES_DIR = "/etc/node-feature-agent/labels"
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (attempts, timeouts)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: seconds > 0 (finite)."""
+    value = _finite(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: seconds >= 0 (finite)."""
+    value = _finite(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if value != value or value in (float("inf"), float("-inf")) or abs(value) > 10**9:
+        raise argparse.ArgumentTypeError(f"not a usable number of seconds: {text!r}")
+    return value
+
+
 def default_rules_dirs() -> list[str]:
     """``$NODE_FEATURE_AGENT_RULES`` (``:``-separated), else the catalogue shipped beside the
     package (a source checkout), else the image's ``/etc/node-feature-agent/labels``."""
@@ -25,9 +62,17 @@ def default_rules_dirs() -> list[str]:
     if env:
         return [p for p in env.split(":") if p]
     beside_package = Path(__file__).resolve().parent.parent / "labels"
-    if beside_package.is_dir():
+    if beside_package.is_dir() and (beside_package.parent / "pyproject.toml").is_file():
         return [str(beside_package)]
-    return [IMAGE_RULES_DIR]
+    if Path(IMAGE_RULES_DIR).is_dir():
+        return [IMAGE_RULES_DIR]
+    return [str(packaged_catalogue())]
+
+
+def packaged_catalogue() -> Path:
+    """The catalogue the wheel carries (``agent/labels``, a copy of the repo's ``labels/``),
+    so a pip-installed CLI plans with the same rules as a checkout."""
+    return Path(__file__).resolve().parent / "labels"
 
 
 def add_host_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +82,11 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(ENV_HOST_ROOT, "/"),
         help="directory the host's /sys, /proc, /etc, /boot, /lib/modules are under "
         "(default: $HOST_ROOT or /; /host in the DaemonSet; a fixture in tests)",
+    )
+    parser.add_argument(
+        "--allow-partial-host-root",
+        action="store_true",
+        help="accept a --host-root without sys/ and proc/ (a partial fixture); never on a real node",
     )
     parser.add_argument(
         "--sources",
@@ -81,7 +131,13 @@ def selected_sources(args: argparse.Namespace) -> list[str]:
     names = [s.strip() for s in args.sources.split(",") if s.strip()]
     unknown = [n for n in names if n not in SOURCE_NAMES]
     if unknown:
-        raise SystemExit(f"unknown source(s): {', '.join(unknown)} (known: {', '.join(SOURCE_NAMES)})")
+        from agent.preflight import ConfigurationError
+
+        raise ConfigurationError(f"--sources: unknown source(s): {', '.join(unknown)} (known: {', '.join(SOURCE_NAMES)})")
+    if not names:
+        from agent.preflight import ConfigurationError
+
+        raise ConfigurationError("--sources is empty")
     return names
 
 

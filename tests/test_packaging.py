@@ -25,3 +25,34 @@ def test_fixtures_do_contain_symlink_cycles():
     link = FIXTURES / "minimal" / "sys" / "class" / "net" / "lo" / "subsystem"
     assert link.is_symlink()
     assert os.path.samefile(link / "lo" / "subsystem", link)  # net/lo/subsystem/lo/subsystem/... forever
+
+
+def test_wheel_carries_the_catalogue_and_an_installed_cli_uses_it(tmp_path):
+    """A pip-installed CLI (no checkout, no image) must plan with the shipped catalogue, not
+    silently without it: build the real wheel, unpack it elsewhere, plan from another cwd."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True, timeout=240)
+    (wheel,) = (tmp_path / "dist").glob("node_feature_agent-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        archive.extractall(site)
+    shipped = {str(p.relative_to(REPO / "labels")) for p in (REPO / "labels").rglob("*") if p.is_file()}
+    packed = {n[len("agent/labels/"):] for n in names if n.startswith("agent/labels/")}
+    assert shipped and shipped <= packed
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_FEATURE_AGENT_RULES", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)
+    dirs = subprocess.run([sys.executable, "-c", "import agent.config as c; print(c.default_rules_dirs())"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert dirs.stdout.strip() == repr([str(site / "agent" / "labels")]), dirs.stdout + dirs.stderr
+    out = subprocess.run([sys.executable, "-m", "agent", "plan", "--host-root", str(FIXTURES / "coral-usb")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    plan = json.loads(out.stdout)
+    assert plan["labels"].get("accelerators/edgetpu") == "true"

@@ -3,7 +3,7 @@
 The continuous agent is ``run``; ``apply --once`` is the same pipeline for one pass (a Job, a
 debugging session, CI). ``--dry-run`` reads the Node and prints what would change.
 Exit status: 0 applied (or nothing to do), 1 the API could not be reached or refused us
-after retries, 2 bad usage.
+after retries, 2 bad usage or configuration (nothing written; see ``agent.preflight``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
-from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config, rule_options,
-                          rules_dirs, selected_sources)
+from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config, positive_int,
+                          rule_options, rules_dirs, selected_sources)
+from agent.preflight import ConfigurationError
 
 HELP = "discover, plan and apply this node's labels, extended resources and taints once (the agent loop is `run`)"
 
@@ -36,19 +38,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``apply`` and ``clean``."""
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    parser.add_argument("--retries", type=int, default=5, metavar="N",
+    parser.add_argument("--retries", type=positive_int, default=5, metavar="N",
                         help="attempts per API call on 5xx/429/network errors (backoff 0.8 s doubling to 30 s) before giving up")
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events on the Node")
 
 
 def connect(args: argparse.Namespace, build=None):
     """A ``NodeApi`` from --kubeconfig / in-cluster config; ``SystemExit(2)`` without a node
-    name, ``SystemExit(1)`` with a clear message when the configuration cannot be loaded.
+    name, ``ConfigurationError`` (exit 2, one line) when the configuration cannot be loaded.
 
     ``build(kubeconfig_or_None)`` makes the client; the default is ``NodeApi.from_config``
     (the generated ``CoreV1Api``); ``run`` passes its lighter one."""
-    from kubernetes.config.config_exception import ConfigException
-
     if build is None:
         from agent.reconcile import NodeApi
 
@@ -56,12 +56,14 @@ def connect(args: argparse.Namespace, build=None):
     if not args.node_name:
         print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
         raise SystemExit(2)
+    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+        raise ConfigurationError(f"--kubeconfig {args.kubeconfig!r} is not a file")
     try:
         return build(args.kubeconfig or None)
-    except (ConfigException, OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to read the client configuration is a configuration error
         where = args.kubeconfig or "in-cluster service account"
-        print(f"error: cannot load Kubernetes client configuration ({where}): {exc}", file=sys.stderr)
-        raise SystemExit(1) from exc
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigurationError(f"cannot load Kubernetes client configuration ({where}): {reason[:300]}") from exc
 
 
 def parse_startup_taints(texts: list[str]):

@@ -19,8 +19,8 @@ import signal
 import sys
 import threading
 
-from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config, rule_options,
-                          rules_dirs, selected_sources)
+from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config,
+                          non_negative_float, positive_float, positive_int, rule_options, rules_dirs, selected_sources)
 
 HELP = "run the agent: keep this node's labels, extended resources and taints in step (the DaemonSet's command)"
 
@@ -33,20 +33,6 @@ def _port(text: str) -> int | None:
     value = int(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError("port must be 0-65535, or off")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
     return value
 
 
@@ -67,18 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                         help="port for /metrics, /healthz, /readyz (0: any free port, off: no server)")
     parser.add_argument("--metrics-address", default="", help="address to bind the metrics port to (default: all)")
-    parser.add_argument("--resync-interval", type=_positive, default=600.0, metavar="SECONDS",
+    parser.add_argument("--resync-interval", type=positive_float, default=600.0, metavar="SECONDS",
                         help="full rediscovery and reconcile at least this often (jittered +/-10%%)")
-    parser.add_argument("--startup-jitter", type=_non_negative, default=2.0, metavar="SECONDS",
+    parser.add_argument("--startup-jitter", type=non_negative_float, default=2.0, metavar="SECONDS",
                         help="wait a random 0..SECONDS before the first API request, so a rollout's agents do not all "
                              "start at once (0: no wait)")
     parser.add_argument("--udev-mode", type=_udev_mode, default="kernel", metavar="MODE",
                         help="device events: kernel (netlink uevents, no hostNetwork needed), udev (udevd's events; "
                              "needs hostNetwork and /run/udev), poll (list devices every --poll-interval), off "
                              "(resync only); inject:<socket> is a test/debug interface")
-    parser.add_argument("--poll-interval", type=_positive, default=5.0, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=positive_float, default=5.0, metavar="SECONDS",
                         help="device polling period in poll mode or when no event monitor can be opened")
-    parser.add_argument("--debounce", type=float, default=0.15, metavar="SECONDS",
+    parser.add_argument("--debounce", type=non_negative_float, default=0.15, metavar="SECONDS",
                         help="wait this long after a device event for the rest of its burst")
     parser.add_argument("--startup-taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
                         help="a taint the node registers with that the agent removes after its first successful "
@@ -89,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evict-orphans", action="store_true",
                         help="with --pod-guard: also evict those pods through the Eviction API")
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
-    parser.add_argument("--watch-timeout", type=int, default=900, help=argparse.SUPPRESS)
-    parser.add_argument("--retries", type=int, default=5, help=argparse.SUPPRESS)
+    parser.add_argument("--watch-timeout", type=positive_int, default=900, help=argparse.SUPPRESS)
+    parser.add_argument("--retries", type=positive_int, default=5, help=argparse.SUPPRESS)
 
 
 def settings_from_args(args: argparse.Namespace):

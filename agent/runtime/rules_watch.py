@@ -25,16 +25,23 @@ log = logging.getLogger(__name__)
 
 
 def watch_roots(dirs: Sequence[str]) -> list[str]:
-    """Existing directories to watch for ``dirs`` (see module docstring), nested ones removed."""
+    """Existing directories to watch for ``dirs`` (see module docstring), nested ones removed.
+
+    A missing or symlinked directory is watched through its immediate parent only, and never
+    through ``/``: a recursive inotify watch on a whole filesystem (what ``--rules
+    /nonexistent`` once produced) spins a core and grows without bound. Such a directory is
+    left unwatched with a warning; the periodic resync still reloads it."""
     roots: list[str] = []
     for directory in dirs:
         path = os.path.abspath(directory)
         candidates = [path] if os.path.isdir(path) and not os.path.islink(path) else []
         if not candidates or os.path.islink(path):
             parent = os.path.dirname(path)
-            while parent and not os.path.isdir(parent) and parent != os.path.dirname(parent):
-                parent = os.path.dirname(parent)
-            candidates.append(parent)
+            if os.path.isdir(parent) and parent != os.path.dirname(parent):
+                candidates.append(parent)
+            elif not candidates:
+                log.warning("rules directory %s is missing and its parent %s cannot be watched; its edits are seen "
+                            "at the next resync", path, parent, extra={"event": "rules-watch-skipped"})
         roots.extend(c for c in candidates if c not in roots)
     roots.sort(key=len)
     kept: list[str] = []
@@ -70,6 +77,9 @@ class RulesWatcher:
         """watchfiles' ``watch`` loop, on its ``RustNotify`` directly so that ``ready`` can be
         set once the inotify watches exist; then one catch-up call covers edits made between
         the initial load and that moment."""
+        if not self.roots:
+            self.ready.set()
+            return
         try:
             from watchfiles._rust_notify import RustNotify
 

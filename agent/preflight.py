@@ -1,0 +1,79 @@
+"""Checks every command runs on its flags before it reads a host or touches a Node.
+
+Why: a wrong flag must never strip a Node. A host root that is not a host (a typo, an empty
+directory, a file) discovers nothing, and "nothing" would be reconciled as "every device left";
+a rules directory that does not exist plans no generalized labels, and the reconciler would
+remove them. So both are refused up front, with one line on stderr and exit status
+:data:`EXIT_CONFIG`, before anything is written.
+
+Exit statuses shared by every command (documented in deploy/README.md):
+
+- 0: done;
+- 1: the work failed at run time (an API error that outlasted the retries, a port in use);
+- 2: bad usage or configuration (:class:`ConfigurationError`): nothing was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Iterable
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_CONFIG = 2
+
+#: directories a real host root always has; discovery of a root without them finds nothing
+REQUIRED_HOST_DIRS = ("sys", "proc")
+
+
+class ConfigurationError(Exception):
+    """A flag, environment value or file named by one that cannot be used; the message is
+    one line naming the flag and the path."""
+
+
+def check_host_root(path: str, *, allow_partial: bool = False) -> None:
+    """``path`` must be a directory; unless ``allow_partial``, with ``sys`` and ``proc`` in it."""
+    if not path:
+        raise ConfigurationError("--host-root is empty")
+    if not os.path.exists(path):
+        raise ConfigurationError(f"--host-root {path!r} does not exist")
+    if not os.path.isdir(path):
+        raise ConfigurationError(f"--host-root {path!r} is not a directory")
+    if allow_partial:
+        return
+    missing = [name for name in REQUIRED_HOST_DIRS if not os.path.isdir(os.path.join(path, name))]
+    if missing:
+        raise ConfigurationError(
+            f"--host-root {path!r} has no {' or '.join(missing)} directory: not a host root "
+            "(mount the host's / there, or pass --allow-partial-host-root for a partial fixture)")
+
+
+def check_rules_dirs(dirs: Iterable[str]) -> None:
+    """Every rules directory must exist, be a directory and be listable."""
+    dirs = list(dirs)
+    if not dirs:
+        raise ConfigurationError("no rules directory (pass --rules DIR)")
+    for directory in dirs:
+        if not os.path.exists(directory):
+            raise ConfigurationError(f"--rules {directory!r} does not exist")
+        if not os.path.isdir(directory):
+            raise ConfigurationError(f"--rules {directory!r} is not a directory")
+        try:
+            os.listdir(directory)
+        except OSError as exc:
+            raise ConfigurationError(f"--rules {directory!r} cannot be listed: {exc.strerror or exc}") from exc
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The checks that apply to whichever of these flags the command has."""
+    if hasattr(args, "host_root"):
+        check_host_root(args.host_root, allow_partial=getattr(args, "allow_partial_host_root", False))
+    if hasattr(args, "sources"):
+        from agent.config import selected_sources
+
+        selected_sources(args)
+    if hasattr(args, "rules"):
+        from agent.config import rules_dirs
+
+        check_rules_dirs(rules_dirs(args))
