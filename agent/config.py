@@ -147,3 +147,19 @@ def rules_dirs(args: argparse.Namespace) -> list[str]:
 
 def discovery_config(args: argparse.Namespace) -> DiscoveryConfig:
     return DiscoveryConfig(node_name=getattr(args, "node_name", "") or os.environ.get(ENV_NODE_NAME, ""))
+
+
+def claim_policy(options, catalogue_fn, startup_taints=()):
+    """What the reconciler may claim from the Node's ownership record: keys the label
+    namespace policy allows, taint keys the current catalogue (``catalogue_fn()``) or
+    ``--startup-taint`` can produce (``agent.reconcile.claims``)."""
+    from agent.reconcile.claims import ClaimPolicy
+    from agent.rules.namespaces import namespace_problem
+
+    if options is None:
+        from agent.rules import RuleOptions
+
+        options = RuleOptions()
+    startup_keys = frozenset(t.key if hasattr(t, "key") else t[0] for t in startup_taints)
+    return ClaimPolicy(key_problem=lambda key: namespace_problem(key, options),
+                       taint_keys=lambda: catalogue_fn().taint_keys() | startup_keys)

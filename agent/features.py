@@ -22,6 +22,29 @@ def frozen_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = Non
     return MappingProxyType(dict(items or {}))
 
 
+#: C0/C1 control characters (NUL, newline, ESC, DEL, ...) and the Unicode line and paragraph
+#: separators: what could turn a device string into structure (an extra ``key=value`` line
+#: in a template's output, a forged log line).
+_CONTROL = {c: None for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
+
+
+def host_text(value: Any) -> str:
+    """A host-supplied string as data: control characters and line breaks removed.
+
+    Every flag name, attribute name and attribute value of a feature passes through here
+    (``Feature``/``Instance`` constructors), so no source can forget it: a USB ``serial``,
+    a DT ``model`` or a local feature file line can never carry a newline into a template's
+    output or a label."""
+    text = value if isinstance(value, str) else str(value)
+    return text if text.isprintable() else text.translate(_CONTROL)
+
+
+def host_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> Mapping[str, str]:
+    """``frozen_map`` with every key and value passed through :func:`host_text`."""
+    pairs = items.items() if isinstance(items, Mapping) else (items or ())
+    return MappingProxyType({host_text(k): host_text(v) for k, v in pairs})
+
+
 def nfd_label(source: str, key: str) -> str:
     """NFD's label name for a built-in source key: ``cpu`` + ``cpuid.AVX2`` ->
     ``feature.node.kubernetes.io/cpu-cpuid.AVX2`` (``GetFeatureLabels`` in nfd-worker)."""
@@ -36,7 +59,7 @@ class Instance:
     origin: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "attributes", frozen_map(self.attributes))
+        object.__setattr__(self, "attributes", host_map(self.attributes))
 
     def to_json(self) -> dict[str, Any]:
         return {"attributes": dict(self.attributes), "origin": self.origin}
@@ -54,8 +77,8 @@ class Feature:
     element_origins: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "flags", frozenset(self.flags))
-        object.__setattr__(self, "attributes", frozen_map(self.attributes))
+        object.__setattr__(self, "flags", frozenset(host_text(f) for f in self.flags))
+        object.__setattr__(self, "attributes", host_map(self.attributes))
         object.__setattr__(self, "instances", tuple(self.instances))
         object.__setattr__(self, "element_origins", frozen_map(self.element_origins))
 

@@ -107,3 +107,28 @@ def taint_errors(key: str, value: str, effect: str) -> list[str]:
 def label_namespace(key: str) -> str:
     """The prefix of a key, ``""`` when unprefixed."""
     return key.split("/", 1)[0] if "/" in key else ""
+
+
+#: Kubernetes-reserved label/taint/resource domains; of these a node agent may only use the two
+#: NFD-sanctioned ones. ``node-restriction.kubernetes.io`` is for cluster admins, never agents.
+RESERVED_DOMAINS = ("kubernetes.io", "k8s.io")
+AGENT_ALLOWED_RESERVED = ("feature.node.kubernetes.io", "profile.node.kubernetes.io")
+ADMIN_ONLY_DOMAINS = ("node-restriction.kubernetes.io",)
+
+
+def in_domain(namespace: str, domain: str) -> bool:
+    """``namespace`` is ``domain`` or one of its subdomains."""
+    return namespace == domain or namespace.endswith("." + domain)
+
+
+def reserved_namespace_problem(key: str) -> str | None:
+    """Why a node agent must never own ``key`` because of its namespace alone, or None."""
+    namespace = label_namespace(key)
+    if not namespace:
+        return "key has no namespace (prefix/name required)"
+    if any(in_domain(namespace, d) for d in ADMIN_ONLY_DOMAINS):
+        return f"namespace {namespace!r} is reserved for cluster administrators"
+    if any(in_domain(namespace, d) for d in RESERVED_DOMAINS) and not any(
+            in_domain(namespace, d) for d in AGENT_ALLOWED_RESERVED):
+        return f"namespace {namespace!r} is reserved by Kubernetes"
+    return None

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config, positive_int,
+from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, claim_policy, discovery_config, positive_int,
                           rule_options, rules_dirs, selected_sources)
 from agent.preflight import ConfigurationError
 
@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         return rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
 
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
-                            startup_taints=startup, max_attempts=max(1, args.retries))
+                            startup_taints=startup, max_attempts=max(1, args.retries),
+                            claims=claim_policy(options, lambda: catalogue, startup))
     outcome = reconciler.preview(plan) if args.dry_run else reconciler.reconcile(plan)
     desired = outcome.desired
     extra = {}

@@ -26,6 +26,8 @@ REASON_RESTORED = "ExtendedResourcesRestored"
 REASON_CLASH = "ForeignValueKept"
 REASON_REJECTED = "ChangeRejected"
 REASON_CLEANED = "NodeFeaturesRemoved"
+REASON_RECORD_REJECTED = "OwnershipRecordRejected"
+REASON_RECORD_REBUILT = "OwnershipRecordRebuilt"
 
 
 def summarize(changes: Iterable[str], limit: int = MAX_MESSAGE) -> str:

@@ -29,7 +29,8 @@ from agent.reconcile.node_api import (
     Conflict, Forbidden, Invalid, NodeApi, NodeApiError, NodeNotFound, Transient, call_with_retries,
 )
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
-from agent.reconcile.ownership import parse_ownership
+from agent.reconcile.claims import ClaimPolicy, adopt_matching, check_claims, record_missing, unattributed_labels
+from agent.reconcile.ownership import Ownership, parse_ownership
 from agent.reconcile.rejections import rejected_items
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,12 @@ class Reconciler:
         max_attempts: int = 5,
         max_writes: int = 8,
         max_conflicts: int = 10,
+        claims: ClaimPolicy = ClaimPolicy(),
     ) -> None:
         self.api = api
         self.node_name = node_name
+        self.claims = claims
+        self._claim_reports: set[str] = set()
         self.startup_taints = frozenset(t.identity if isinstance(t, Taint) else (t[0], t[1]) for t in startup_taints)
         self.backoff = Backoff(backoff, clock=clock, random=random)
         self.events = ev.EventRecorder(api, node_name, enabled=emit_events)
@@ -99,8 +103,16 @@ class Reconciler:
         """Remove everything we own (labels, annotations, resources, taints, the record)."""
         outcome, final = self._run(_empty_plan, None, cleaning=True)
         clean = outcome.ok and final is not None and parse_ownership(final.annotations).empty
+        problems = list(outcome.problems)
+        unattributed = unattributed_labels(final) if final is not None else []
+        if unattributed:
+            clean = False
+            problems.append(Problem("clean", "ownership record", (
+                f"{len(unattributed)} label(s) in feature namespaces are on the node but in no ownership record "
+                f"(deleted by hand?), so they were left in place: {', '.join(unattributed[:20])}"
+                + (" ..." if len(unattributed) > 20 else ""))))
         return CleanOutcome(clean=clean, writes=outcome.writes, removed=outcome.applied,
-                            problems=outcome.problems, error=outcome.error)
+                            problems=tuple(problems), error=outcome.error)
 
     def preview(self, plan: PlanFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
         """What ``reconcile`` would change, without writing (``apply --dry-run``)."""
@@ -110,8 +122,10 @@ class Reconciler:
             return self._failure(err, 0, [], [], None)
         live = LiveNode.from_dict(node)
         desired = self._desired(plan, live)
-        node_plan = plan_node_changes(live, desired, skip=self._skip(desired))
-        problems = list(node_plan.refused) + [c.as_problem() for c in node_plan.clashes]
+        problems: list[Problem] = []
+        ownership = self._ownership(live, desired, problems, announce=False)
+        node_plan = plan_node_changes(live, desired, skip=self._skip(desired), ownership=ownership)
+        problems = problems + list(node_plan.refused) + [c.as_problem() for c in node_plan.clashes]
         return ReconcileOutcome(changed=not node_plan.empty, writes=0, applied=tuple(_readable(node_plan.changes)),
                                 problems=tuple(problems), node_uid=live.uid, resource_version=live.resource_version,
                                 desired=desired)
@@ -140,7 +154,9 @@ class Reconciler:
                 log.exception("planning the desired state failed for node %s", self.node_name)
                 return self._result(live, writes, applied, problems, f"planning failed: {exc}", desired), live
             removal = self.startup_taints if remove_startup else frozenset()
-            node_plan = plan_node_changes(live, desired, skip=self._skip(desired), remove_foreign_taints=removal)
+            ownership = self._ownership(live, desired, problems, announce=True)
+            node_plan = plan_node_changes(live, desired, skip=self._skip(desired), remove_foreign_taints=removal,
+                                          ownership=ownership)
             self._report(live, node_plan, problems)
             for (kind, key), (_value, why) in sorted(self._rejected.items()):
                 problem = Problem("api-server", f"{kind} {key}", f"rejected by the API server, not retried while unchanged: {why}")
@@ -186,6 +202,30 @@ class Reconciler:
             self._announce(live.uid, changes, use_status, cleaning, applied)
         self.backoff.success()
         return self._result(live, writes, applied, problems, None, desired), live
+
+    def _ownership(self, live: LiveNode, desired: DesiredNodeState, problems: list[Problem], *,
+                   announce: bool) -> Ownership:
+        """The record, checked against what the agent could produce (``claims``); rebuilt from
+        the wanted items already on the Node when it is missing or damaged."""
+        recorded = parse_ownership(live.annotations)
+        checked = check_claims(recorded, desired, self.claims)
+        if record_missing(live.annotations) or recorded.junk:
+            checked = adopt_matching(checked, live, desired, self.claims)
+        for entry in checked.rejected:
+            problem = Problem("reconcile", "ownership record", f"entry not attributable to this agent, ignored: {entry}")
+            if problem not in problems:
+                problems.append(problem)
+        if announce and checked.rejected:
+            text = "ownership record entries ignored (the agent could not have produced them): " + "; ".join(checked.rejected)
+            if text not in self._claim_reports:
+                self._claim_reports.add(text)
+                log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "ownership-rejected"})
+                self.events.record(live.uid, ev.REASON_RECORD_REJECTED, ev.summarize([text]), warning=True)
+        if announce and checked.adopted:
+            text = "ownership record missing or damaged; rebuilt from items already on the node: " + ", ".join(checked.adopted)
+            log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "ownership-rebuilt"})
+            self.events.record(live.uid, ev.REASON_RECORD_REBUILT, ev.summarize([text]), warning=True)
+        return checked.ownership
 
     def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
         if use_status:

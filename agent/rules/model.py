@@ -184,3 +184,7 @@ class Catalogue:
         """Rules in NFD order: objects by ``metadata.name``, then rule order in the object."""
         for rule_set in self.rule_sets:
             yield from rule_set.rules
+
+    def taint_keys(self) -> frozenset[str]:
+        """Every taint key a rule of this catalogue can set (what the agent may claim)."""
+        return frozenset(t.key for rule in self.rules() for t in rule.taints)

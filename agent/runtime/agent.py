@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from agent.config import claim_policy
 from agent.desired import Taint
 from agent.discovery import DiscoveryConfig
 from agent.hostfs import HostFS
@@ -109,7 +110,9 @@ class Agent:
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
-                                     max_attempts=max(1, settings.retries), backoff=settings.backoff)
+                                     max_attempts=max(1, settings.retries), backoff=settings.backoff,
+                                     claims=claim_policy(settings.rule_options, lambda: self.rules.catalogue,
+                                                         settings.startup_taints))
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),

@@ -27,17 +27,20 @@ log = logging.getLogger(__name__)
 def watch_roots(dirs: Sequence[str]) -> list[str]:
     """Existing directories to watch for ``dirs`` (see module docstring), nested ones removed.
 
-    A missing or symlinked directory is watched through its immediate parent only, and never
-    through ``/``: a recursive inotify watch on a whole filesystem (what ``--rules
-    /nonexistent`` once produced) spins a core and grows without bound. Such a directory is
-    left unwatched with a warning; the periodic resync still reloads it."""
+    A missing or symlinked directory is watched through its nearest existing ancestor, but
+    never through ``/`` or a top-level directory (``/tmp``, ``/etc``): a recursive inotify
+    watch on a whole filesystem (what ``--rules /nonexistent`` once produced) spins a core and
+    grows without bound. Such a directory is left unwatched with a warning; the periodic
+    resync still reloads it."""
     roots: list[str] = []
     for directory in dirs:
         path = os.path.abspath(directory)
         candidates = [path] if os.path.isdir(path) and not os.path.islink(path) else []
         if not candidates or os.path.islink(path):
             parent = os.path.dirname(path)
-            if os.path.isdir(parent) and parent != os.path.dirname(parent):
+            while parent and not os.path.isdir(parent) and parent != os.path.dirname(parent):
+                parent = os.path.dirname(parent)
+            if _deep_enough(parent):
                 candidates.append(parent)
             elif not candidates:
                 log.warning("rules directory %s is missing and its parent %s cannot be watched; its edits are seen "
@@ -49,6 +52,11 @@ def watch_roots(dirs: Sequence[str]) -> list[str]:
         if not any(root == k or root.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(root)
     return kept
+
+
+def _deep_enough(directory: str) -> bool:
+    """At least two levels below ``/`` (``/etc/node-feature-agent``, not ``/etc``)."""
+    return os.path.isdir(directory) and len([p for p in directory.split(os.sep) if p]) >= 2
 
 
 class RulesWatcher:

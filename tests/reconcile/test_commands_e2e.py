@@ -14,9 +14,8 @@ import pytest
 from agent.desired import ANNOTATION_OWNED_LABELS, OWNERSHIP_ANNOTATIONS
 from tests.conftest import FIXTURES
 
-# tests/support/apiserver.py is written by another helper; until it exists these tests are
-# reported as skipped (never silently passed)
-FakeApiServer = pytest.importorskip("tests.support.apiserver", reason="tests/support/apiserver.py not built yet").FakeApiServer
+# a plain import: a broken API server module must fail these tests, never skip them
+from tests.support.apiserver import FakeApiServer  # noqa: E402
 
 NODE = "coral-usb-1"
 CLI = str(Path(sys.executable).parent / "node-feature-agent")

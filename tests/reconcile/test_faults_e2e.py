@@ -9,7 +9,8 @@ from agent.desired import DesiredNodeState, Taint
 from agent.reconcile import NodeApi, Reconciler
 from tests.reconcile.test_reconciler_e2e import NODE, WANT, Sleeps, node_writes, plan_of
 
-FakeApiServer = pytest.importorskip("tests.support.apiserver", reason="tests/support/apiserver.py not built yet").FakeApiServer
+# a plain import: a broken API server module must fail these tests, never skip them
+from tests.support.apiserver import FakeApiServer  # noqa: E402
 
 
 # -- the server's fault switches, in one place ------------------------------------------------

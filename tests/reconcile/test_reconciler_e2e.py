@@ -20,9 +20,8 @@ from agent.desired import (
 )
 from agent.reconcile import NodeApi, Reconciler
 
-# tests/support/apiserver.py is written by another helper; until it exists these tests are
-# reported as skipped (never silently passed)
-FakeApiServer = pytest.importorskip("tests.support.apiserver", reason="tests/support/apiserver.py not built yet").FakeApiServer
+# a plain import: a broken API server module must fail these tests, never skip them
+from tests.support.apiserver import FakeApiServer  # noqa: E402
 
 NODE = "node-a"
 EDGETPU = "accelerators/edgetpu"

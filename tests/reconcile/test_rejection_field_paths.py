@@ -9,7 +9,8 @@ import pytest
 from agent.reconcile import Invalid, NodeApi
 from agent.reconcile.rejections import rejected_items
 
-FakeApiServer = pytest.importorskip("tests.support.apiserver").FakeApiServer
+# a plain import: a broken API server module must fail these tests, never skip them
+from tests.support.apiserver import FakeApiServer  # noqa: E402
 
 
 def test_dotted_capacity_path_blames_that_resource_only():

@@ -94,6 +94,9 @@ def test_watch_roots(tmp_path):
     (tmp_path / "link").symlink_to(real)
     assert watch_roots([str(real)]) == [str(real)]
     assert watch_roots([str(tmp_path / "missing" / "deeper")]) == [str(tmp_path)]
+    # never a whole filesystem: `--rules /nonexistent` once watched / recursively (100 % CPU, GBs)
+    assert watch_roots(["/nonexistent-rules-dir"]) == []
+    assert watch_roots(["/tmp/nonexistent-rules-dir/x"]) == []
     assert watch_roots([str(tmp_path / "link")]) == [str(tmp_path)]  # parent covers real too
     assert watch_roots([str(real), str(real / "sub")]) == [str(real)]
 
