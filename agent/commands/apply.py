@@ -69,13 +69,18 @@ def connect(args: argparse.Namespace, build=None):
 def parse_startup_taints(texts: list[str]):
     from agent.desired import Taint
 
+    from agent.k8s_validation import taint_errors
+
     taints = []
     for text in texts:
         try:
-            taints.append(Taint.parse(text))
+            taint = Taint.parse(text)
         except ValueError as exc:
-            print(f"error: --startup-taint {text!r}: {exc}", file=sys.stderr)
-            raise SystemExit(2) from exc
+            raise ConfigurationError(f"--startup-taint {text!r}: {exc}") from exc
+        errors = taint_errors(taint.key, taint.value, taint.effect)
+        if errors:
+            raise ConfigurationError(f"--startup-taint {text!r}: {'; '.join(errors)}")
+        taints.append(taint)
     return taints
 
 

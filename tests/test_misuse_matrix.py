@@ -1,0 +1,194 @@
+"""Misuse matrix (issue 10, items 1, 3 and 11): wrong invocations and hostile states.
+
+Each case runs the real CLI as a process and asserts: the exit code, exactly one line on
+stderr naming the problem, no traceback, and — for the commands that talk to a cluster — a
+Node on the in-repo API server left exactly as it was (same object, same resourceVersion).
+A wrong flag must never strip a Node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import psutil
+import pytest
+
+from tests.conftest import FIXTURES, REPO
+from tests.support.apiserver import FakeApiServer
+
+NODE = "misuse-node"
+CORAL = str(FIXTURES / "coral-usb")
+LABELS = {"kubernetes.io/hostname": NODE, "accelerators/edgetpu": "true",
+          "feature.node.kubernetes.io/usb-fe_1a6e_089a.present": "true"}
+ANNOTATIONS = {"node-feature-agent.io/owned-labels": "accelerators/edgetpu,feature.node.kubernetes.io/usb-fe_1a6e_089a.present"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    argv: tuple[str, ...]
+    code: int = 2
+    needle: str = ""  # a word the one-line message must contain
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def cases(paths: dict[str, str]) -> list[Case]:
+    p = paths
+    k = ("--kubeconfig", p["kubeconfig"], "--node-name", NODE)
+    good = ("--host-root", CORAL)
+    return [
+        # host root
+        Case("discover-missing-root", ("discover", "--host-root", "/nonexistent-host"), needle="does not exist"),
+        Case("discover-root-is-file", ("discover", "--host-root", p["file"]), needle="not a directory"),
+        Case("discover-empty-root", ("discover", "--host-root", p["empty"]), needle="sys"),
+        Case("discover-blank-root", ("discover", "--host-root", ""), needle="empty"),
+        Case("plan-empty-root", ("plan", "--host-root", p["empty"]), needle="sys"),
+        Case("explain-missing-root", ("explain", "accelerators/edgetpu", "--host-root", "/nonexistent-host"), needle="does not exist"),
+        Case("snapshot-empty-root", ("snapshot", "--host-root", p["empty"], "--output", p["out"]), needle="sys"),
+        Case("apply-empty-root", ("apply", "--host-root", p["empty"], *k), needle="sys"),
+        Case("apply-only-sys", ("apply", "--host-root", p["only_sys"], *k), needle="proc"),
+        Case("run-empty-root", ("run", "--host-root", p["empty"], *k), needle="sys"),
+        Case("run-root-is-file", ("run", "--host-root", p["file"], *k), needle="not a directory"),
+        # rules
+        Case("plan-missing-rules", ("plan", *good, "--rules", "/nonexistent-rules"), needle="--rules"),
+        Case("plan-rules-is-file", ("plan", *good, "--rules", p["file"]), needle="not a directory"),
+        Case("validate-missing-rules", ("validate", "--rules", "/nonexistent-rules"), needle="--rules"),
+        Case("explain-missing-rules", ("explain", "x", *good, "--rules", "/nonexistent-rules"), needle="--rules"),
+        Case("apply-missing-rules", ("apply", *good, "--rules", "/nonexistent-rules", *k), needle="--rules"),
+        Case("apply-second-rules-missing", ("apply", *good, "--rules", str(REPO / "labels"), "--rules", "/nonexistent-rules", *k),
+             needle="--rules"),
+        Case("run-missing-rules", ("run", *good, "--rules", "/nonexistent-rules", *k), needle="--rules"),
+        Case("env-rules-missing", ("plan", *good), needle="--rules", env=(("NODE_FEATURE_AGENT_RULES", "/nonexistent-rules"),)),
+        # client configuration
+        Case("apply-garbage-kubeconfig", ("apply", *good, "--kubeconfig", p["garbage"], "--node-name", NODE), needle="configuration"),
+        Case("apply-binary-kubeconfig", ("apply", *good, "--kubeconfig", p["binary"], "--node-name", NODE), needle="configuration"),
+        Case("apply-missing-kubeconfig", ("apply", *good, "--kubeconfig", "/nonexistent-kubeconfig", "--node-name", NODE),
+             needle="kubeconfig"),
+        Case("run-garbage-kubeconfig", ("run", *good, "--kubeconfig", p["garbage"], "--node-name", NODE), needle="configuration"),
+        Case("clean-garbage-kubeconfig", ("clean", "--kubeconfig", p["garbage"], "--node-name", NODE), needle="configuration"),
+        Case("apply-no-incluster", ("apply", *good, "--node-name", NODE), needle="configuration",
+             env=(("KUBECONFIG", ""), ("KUBERNETES_SERVICE_HOST", ""))),
+        Case("apply-no-node-name", ("apply", *good, "--kubeconfig", p["kubeconfig"]), needle="node name", env=(("NODE_NAME", ""),)),
+        Case("run-no-node-name", ("run", *good, "--kubeconfig", p["kubeconfig"]), needle="node name", env=(("NODE_NAME", ""),)),
+        # numbers and choices
+        Case("run-negative-retries", ("run", *good, *k, "--retries", "-1"), needle="--retries"),
+        Case("run-word-retries", ("run", *good, *k, "--retries", "many"), needle="--retries"),
+        Case("apply-zero-retries", ("apply", *good, *k, "--retries", "0"), needle="--retries"),
+        Case("run-zero-resync", ("run", *good, *k, "--resync-interval", "0"), needle="--resync-interval"),
+        Case("run-negative-resync", ("run", *good, *k, "--resync-interval", "-5"), needle="--resync-interval"),
+        Case("run-nan-poll", ("run", *good, *k, "--poll-interval", "nan"), needle="--poll-interval"),
+        Case("run-negative-debounce", ("run", *good, *k, "--debounce", "-1"), needle="--debounce"),
+        Case("run-infinite-jitter", ("run", *good, *k, "--startup-jitter", "inf"), needle="--startup-jitter"),
+        Case("run-port-out-of-range", ("run", *good, *k, "--metrics-port", "70000"), needle="--metrics-port"),
+        Case("run-bogus-udev-mode", ("run", *good, *k, "--udev-mode", "bogus"), needle="--udev-mode"),
+        Case("run-evict-without-guard", ("run", *good, *k, "--evict-orphans"), needle="--pod-guard"),
+        Case("run-bad-startup-taint", ("run", *good, *k, "--startup-taint", "x:Sometimes"), needle="taint"),
+        Case("apply-bad-startup-taint", ("apply", *good, *k, "--startup-taint", "no-effect"), needle="taint"),
+        Case("discover-unknown-source", ("discover", *good, "--sources", "pci,floppy"), needle="floppy"),
+        Case("discover-empty-sources", ("discover", *good, "--sources", ","), needle="--sources"),
+        Case("discover-bad-format", ("discover", *good, "--format", "xml"), needle="--format"),
+        Case("unknown-command", ("frobnicate",), needle="frobnicate"),
+        Case("no-command", (), needle="COMMAND"),
+        Case("explain-no-names", ("explain", *good), needle="LABEL_OR_RESOURCE"),
+        Case("plan-node-labels-missing-file", ("plan", *good, "--node-labels", p["missing_json"]), needle="--node-labels"),
+        Case("plan-node-labels-binary", ("plan", *good, "--node-labels", p["binary"]), needle="--node-labels"),
+        # several names, one produced by nothing: a clear answer, exit 1, never a traceback
+        Case("explain-several-names", ("explain", "accelerators/edgetpu", "no.such/label", "x", *good), code=1),
+    ]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("misuse")
+    paths = {name: str(base / name) for name in ("file", "empty", "only_sys", "garbage", "binary", "out", "missing_json")}
+    (base / "file").write_text("not a directory\n")
+    (base / "empty").mkdir()
+    (base / "only_sys" / "sys").mkdir(parents=True)
+    (base / "garbage").write_text("::: this [is not yaml\n\tat all")
+    (base / "binary").write_bytes(bytes(range(256)) * 4)
+    paths["missing_json"] = str(base / "labels-that-do-not-exist.json")
+    with FakeApiServer() as server:
+        server.add_node(NODE, labels=dict(LABELS), annotations=dict(ANNOTATIONS),
+                        taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}],
+                        capacity={"cpu": "4", "pods": "110", "node-feature-agent.io/edgetpu": "1"})
+        paths["kubeconfig"] = str(server.kubeconfig(base / "kubeconfig"))
+        yield server, paths
+
+
+def run_cli(argv, env_overrides=(), timeout=60):
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_FEATURE_AGENT_RULES", "HOST_ROOT")}
+    env.update(dict(env_overrides))
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-m", "agent", "--log-format", "json", *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_matrix_has_at_least_forty_cases(world):
+    assert len(cases(world[1])) >= 40
+
+
+@pytest.mark.parametrize("index", range(49))
+def test_misuse_case(world, index):
+    server, paths = world
+    all_cases = cases(paths)
+    case = all_cases[index]
+    before = server.node(NODE)
+    result = run_cli(case.argv, case.env)
+    after = server.node(NODE)
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, (case.name, result.stderr)
+    assert result.returncode == case.code, (case.name, result.returncode, result.stderr)
+    assert after == before, f"{case.name} changed the Node"
+    if case.code == 2:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, (case.name, result.stderr)
+        assert lines[0].startswith("error:"), (case.name, lines[0])
+        assert case.needle.lower() in lines[0].lower(), (case.name, lines[0])
+
+
+def test_matrix_case_count_matches_the_parametrization(world):
+    assert len(cases(world[1])) == 49
+
+
+def test_sigterm_ends_run_within_a_second_while_the_api_is_unreachable(tmp_path):
+    """Start-up with an API server that refuses connections (the agent retrying) and a long
+    startup jitter: SIGTERM must end the process within about a second, exit 0, and the
+    process must not have spun (CPU time small)."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:%d'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n" % port)
+    for phase, extra in (("startup-jitter", ["--startup-jitter", "30"]), ("retrying", ["--startup-jitter", "0"])):
+        env = {k: v for k, v in os.environ.items() if k != "NODE_FEATURE_AGENT_RULES"}
+        env["PYTHONPATH"] = str(REPO)
+        proc = subprocess.Popen([sys.executable, "-m", "agent", "--log-format", "json", "run", "--host-root", CORAL,
+                                 "--kubeconfig", str(kubeconfig), "--node-name", NODE, "--metrics-port", "off",
+                                 "--udev-mode", "off", *extra], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(4)
+            assert proc.poll() is None, proc.stderr.read()
+            cpu = psutil.Process(proc.pid).cpu_times()
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=10)
+            waited = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        stderr = proc.stderr.read()
+        assert code == 0, (phase, stderr[-2000:])
+        assert "Traceback" not in stderr, phase
+        # generous bounds on a noisy 2-core machine: the contract is 1 s; a hang would be >= 4 s
+        assert waited < 3.0, (phase, waited)
+        assert cpu.user + cpu.system < 3.0, (phase, cpu)  # importing the client is ~1 s; a busy loop is 4 s
