@@ -21,7 +21,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     add_host_arguments(parser)
     add_policy_arguments(parser)
     parser.add_argument("--node-labels", default="", metavar="FILE|k=v,...",
-                        help="labels already on the Node (device plugins, dt labeller...): a JSON/Node JSON/k=v-lines file, or k=v,k2=v2")
+                        help="labels already on the Node (device plugins, dt labeller...): a JSON/Node JSON/k=v-lines file, or k=v,k2=v2. "
+                             "Labels the agent owns are never input: from a Node object (kubectl get node -o json) its "
+                             "ownership record says which; other forms carry no record, so only labels this host's own "
+                             "plan produces are dropped (pass the Node object for an exact preview of apply --dry-run)")
     parser.add_argument("--node-name", default="", help="value for system.name.nodename (default: $NODE_NAME)")
 
 
@@ -63,6 +66,13 @@ def compute(args: argparse.Namespace):
     for problem in catalogue.problems:
         print(f"rules: {problem}", file=sys.stderr)
     result = rules.plan(found.features, found.labels, labels_on_node, catalogue, options, found.label_origins)
+    # The agent's own output is never its input (the reconciler passes rules only the labels it
+    # does not own): drop given labels this host's discovery or plan produces, and plan again,
+    # so `plan --node-labels` equals `apply --dry-run`.
+    own = set(found.labels) | set(result.state.labels)
+    if own & set(labels_on_node):
+        labels_on_node = {k: v for k, v in labels_on_node.items() if k not in own}
+        result = rules.plan(found.features, found.labels, labels_on_node, catalogue, options, found.label_origins)
     return result, catalogue
 
 

@@ -1,7 +1,9 @@
 """Parse the labels a Node already carries, as given to ``plan``/``explain --node-labels``.
 
 Accepted text: a JSON object of labels, a Node object (``kubectl get node -o json``; its
-``metadata.labels`` are used), ``key=value`` lines, or a comma-separated ``k=v,k2=v2``
+``metadata.labels`` are used, less the labels its ``node-feature-agent.io/owned-labels``
+record gives to this agent: the agent's own output is never its input, as in the
+reconciler), ``key=value`` lines, or a comma-separated ``k=v,k2=v2``
 list.  A bare key means the label exists with an empty value.  Invalid keys or values are
 refused with a reason instead of being passed on to rule matching.
 """
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from agent.k8s_validation import label_value_errors, qualified_name_errors
+from agent.desired import ANNOTATION_OWNED_LABELS
+from agent.k8s_validation import label_value_errors, qualified_name_errors, reserved_namespace_problem
 
 
 class NodeLabelsError(ValueError):
@@ -23,7 +26,12 @@ def _from_json(text: str) -> dict[str, str]:
     except json.JSONDecodeError as exc:
         raise NodeLabelsError(f"not valid JSON: {exc.msg} at line {exc.lineno}") from None
     if isinstance(data, dict) and isinstance(data.get("metadata"), dict):
+        annotations = data["metadata"].get("annotations") or {}
+        record = annotations.get(ANNOTATION_OWNED_LABELS, "") if isinstance(annotations, dict) else ""
+        owned = {k.strip() for k in str(record).split(",") if k.strip() and not reserved_namespace_problem(k.strip())}
         data = data["metadata"].get("labels") or {}
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in owned}
     if not isinstance(data, dict):
         raise NodeLabelsError("JSON must be an object of labels or a Node object")
     return {str(k): "" if v is None else str(v) for k, v in data.items()}

@@ -109,3 +109,28 @@ def test_missing_node_name_is_a_usage_error(tmp_path):
     done = subprocess.run([CLI, "clean", "--node-name", "", "--kubeconfig", str(tmp_path / "none")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "NODE_NAME" in done.stderr
+
+
+@pytest.mark.parametrize("node_labels_form", ["node-json"])  # k=v lines carry no ownership record (see plan --help)
+def test_plan_with_the_nodes_labels_equals_apply_dry_run_after_the_device_left(server, tmp_path, node_labels_form):
+    """The agent's own labels are never its input: after the Coral is applied and then leaves,
+    `plan --node-labels <the Node>` must not keep the Edge TPU label alive through its own
+    stale dependency labels; it must equal what `apply --dry-run` would leave."""
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    assert apply(kubeconfig).returncode == 0
+    node = server.get_node(NODE)
+    node_file = tmp_path / "node-labels"
+    if node_labels_form == "node-json":
+        node_file.write_text(json.dumps(node))
+    else:
+        node_file.write_text("\n".join(f"{k}={v}" for k, v in node["metadata"]["labels"].items()))
+    minimal = str(FIXTURES / "minimal")  # the same node with the accelerator gone
+    dry = cli("apply", "--dry-run", "--host-root", minimal, "--format", "json", kubeconfig=kubeconfig)
+    assert dry.returncode == 0, dry.stderr
+    preview = subprocess.run([CLI, "plan", "--host-root", minimal, "--node-labels", str(node_file)],
+                             capture_output=True, text=True, timeout=120)
+    assert preview.returncode == 0, preview.stderr
+    planned = json.loads(preview.stdout)["labels"]
+    assert "accelerators/edgetpu" not in planned
+    assert planned == json.loads(dry.stdout)["desired"]["labels"]
