@@ -116,3 +116,18 @@ class DesiredNodeState:
             "taints": [t.to_json() for t in self.taints],
             "annotations": dict(sorted(self.annotations.items())),
         }
+
+
+def annotation_bytes(state: "DesiredNodeState") -> int:
+    """Bytes the desired annotations plus the ownership record would take on the Node, counted
+    as the API server counts its 256 KiB budget (key and value lengths in bytes). The record
+    lists every owned key, so a catalogue producing thousands of long labels can exceed it
+    alone."""
+    records = {
+        ANNOTATION_OWNED_LABELS: ",".join(sorted(state.labels)),
+        ANNOTATION_OWNED_RESOURCES: ",".join(sorted(state.extended_resources)),
+        ANNOTATION_OWNED_TAINTS: ",".join(sorted(t.to_string() for t in state.taints)),
+        ANNOTATION_OWNED_ANNOTATIONS: ",".join(sorted(state.annotations)),
+    }
+    pairs = [*records.items(), *((k, str(v)) for k, v in state.annotations.items())]
+    return sum(len(k.encode()) + len(v.encode()) for k, v in pairs if v)

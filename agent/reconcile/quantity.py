@@ -12,6 +12,11 @@ from fractions import Fraction
 
 _QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+#: bounds that keep a hostile value from the Node cheap to reject: ``1e10000000`` would
+#: otherwise build a ten-million-digit integer. Kubernetes itself caps quantities at
+#: int64 scale (about 9.2e18), far inside these.
+MAX_QUANTITY_CHARS = 64
+MAX_EXPONENT = 64
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
@@ -21,9 +26,9 @@ def parse_quantity(text: object) -> Fraction | None:
         return None
     if isinstance(text, int):
         return Fraction(text)
-    if not isinstance(text, str):
+    if not isinstance(text, str) or len(text) > MAX_QUANTITY_CHARS:
         return None
-    match = _QUANTITY_RE.match(text.strip())
+    match = _QUANTITY_RE.fullmatch(text.strip())
     if not match:
         return None
     number, suffix = match.group(1), match.group(2) or ""
@@ -33,7 +38,10 @@ def parse_quantity(text: object) -> Fraction | None:
     if suffix in _DECIMAL:
         return value * (Fraction(10) ** _DECIMAL[suffix])
     if suffix:
-        return value * (Fraction(10) ** int(suffix[1:]))
+        exponent = int(suffix[1:])
+        if abs(exponent) > MAX_EXPONENT:
+            return None
+        return value * (Fraction(10) ** exponent)
     return value
 
 

@@ -9,12 +9,14 @@ why) and is left out, so nothing invalid is ever sent.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
-from agent.desired import DesiredNodeState, Problem, Provenance, Taint
+from agent.desired import DesiredNodeState, Problem, Provenance, Taint, annotation_bytes
 from agent.features import Feature
 from agent.k8s_validation import (
+    ANNOTATIONS_TOTAL_MAX,
     annotation_key_errors, extended_resource_name_errors, extended_resource_quantity_errors,
     label_value_errors, qualified_name_errors, taint_errors,
 )
@@ -196,6 +198,13 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
         labels=builder.labels, extended_resources=builder.resources, taints=tuple(builder.taints.values()),
         annotations=builder.annotations, provenance=builder.provenance, problems=tuple(builder.problems),
     )
+    size = annotation_bytes(state)
+    if size > ANNOTATIONS_TOTAL_MAX:
+        problem = Problem("plan", "annotations", (
+            f"the desired annotations and the ownership record need {size} bytes, over the API server's "
+            f"{ANNOTATIONS_TOTAL_MAX}-byte budget for all of a Node's annotations; the metadata write would be "
+            "rejected: produce fewer labels (deny a namespace, disable a source) or shorter keys"))
+        state = dataclasses.replace(state, problems=state.problems + (problem,))
     return Plan(state, evaluation, tuple(files), raw_labels, node_labels)
 
 

@@ -31,3 +31,12 @@ def test_canonical_count():
     assert canonical_count("1k") == "1000"
     assert canonical_count("1500m") is None
     assert canonical_count("-1") is None
+
+
+def test_hostile_quantities_from_the_node_are_rejected_fast():
+    """A capacity value is Node data anyone with node credentials can write (issue 10, item 9)."""
+    from agent.reconcile.quantity import parse_quantity
+
+    for text in ("1e10000000", "1E-10000000", "9" * 5000, "1" + "0" * 100000 + "k", "1e65", "1.5e99999999999"):
+        assert parse_quantity(text) is None, text[:20]
+    assert parse_quantity("1e18") == 10 ** 18 and parse_quantity("2Ei") == 2 * 1024 ** 6

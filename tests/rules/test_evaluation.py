@@ -3,6 +3,8 @@ node.label, @references and @count, errors failing one rule only."""
 
 from __future__ import annotations
 
+import textwrap
+
 from agent.features import Feature
 from tests.rules.helpers import attrs, flags, instances, nfr, plan_for
 
@@ -327,3 +329,24 @@ def test_unprefixed_keys_are_auto_prefixed_and_still_validated(tmp_path):
     assert plan.state.extended_resources == {}
     (problem,) = catalogue.problems
     assert problem.origin.endswith("r.yaml:9") and "native resources" in problem.reason
+
+
+def test_an_ownership_record_over_the_annotation_budget_is_reported_at_plan_time(tmp_path):
+    """Issue 10, item 9: 3,000 labels of ~120 bytes need a ~360 KB record, over the API
+    server's 256 KiB budget for all annotations: plan says so instead of a 422 later."""
+    from agent.desired import annotation_bytes
+
+    lines = "\n".join(f"{'p' * 50}.example.com/{'x' * 50}-{n:05d}: \"true\"" for n in range(3000))
+    _, plan = plan_for(tmp_path, {"big.yaml": nfr(f"""
+        - name: many
+          labels:
+            {textwrap.indent(lines, ' ' * 12).strip()}
+    """)})
+    assert len(plan.state.labels) == 3000
+    assert annotation_bytes(plan.state) > 262144
+    assert any("262144-byte budget" in p.reason for p in plan.state.problems)
+    _, small = plan_for(tmp_path / "small", {"one.yaml": nfr("""
+        - name: one
+          labels: {"example.com/one": "true"}
+    """)})
+    assert not any("budget" in p.reason for p in small.state.problems)
