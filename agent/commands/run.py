@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                         help="port for /metrics, /healthz, /readyz (0: any free port, off: no server)")
-    parser.add_argument("--metrics-address", default="", help="address to bind the metrics port to (default: all)")
+    parser.add_argument("--metrics-address", default="", help="address to bind the metrics port to (default: all, dual-stack IPv6+IPv4 where available; '::' on IPv6-only nodes)")
     parser.add_argument("--resync-interval", type=positive_float, default=600.0, metavar="SECONDS",
                         help="full rediscovery and reconcile at least this often (jittered +/-10%%)")
     parser.add_argument("--startup-jitter", type=non_negative_float, default=2.0, metavar="SECONDS",

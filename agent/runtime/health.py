@@ -16,6 +16,8 @@ import logging
 import os
 import select
 import threading
+import socket
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
@@ -27,6 +29,40 @@ Check = Callable[[], tuple[bool, str]]
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            # dual stack: "::" also takes IPv4 (v4-mapped) where the kernel allows it
+            try:
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            except OSError:
+                pass
+        super().server_bind()
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's hook
+        """A probe that hangs up mid-request is routine: one debug line, never a traceback on
+        stderr (which would break the JSON log stream)."""
+        kind, error, _ = sys.exc_info()
+        log.debug("http: client %s: %s: %s", client_address, kind.__name__ if kind else "error", error)
+
+
+def bind_address(host: str) -> tuple[int, str]:
+    """(address family, host) for ``--metrics-address``: an IPv6 literal binds IPv6 (``::`` dual
+    stack); empty means every address, dual stack where the kernel has IPv6, else IPv4."""
+    if ":" in host:
+        return socket.AF_INET6, host.strip("[]")
+    if host:
+        return socket.AF_INET, host
+    return (socket.AF_INET6, "::") if socket.has_ipv6 and _ipv6_usable() else (socket.AF_INET, "")
+
+
+def _ipv6_usable() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::", 0))
+        return True
+    except OSError:
+        return False
 
 
 class HealthServer:
@@ -63,7 +99,9 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._httpd = _Server((host, port), Handler)
+        family, address = bind_address(host)
+        server_class = type("_BoundServer", (_Server,), {"address_family": family})
+        self._httpd = server_class((address, port), Handler)
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._serve, name="metrics-http", daemon=True)
 

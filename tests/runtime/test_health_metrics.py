@@ -94,3 +94,49 @@ def test_instrumented_client_counts_real_requests_by_verb_and_code():
     assert 'nfa_api_requests_total{code="503",verb="get"} 1.0' in body
     assert 'nfa_api_requests_total{code="error",verb="get"} 1.0' in body
     assert 'nfa_api_requests_total{code="200",verb="patch"} 1.0' in body
+
+
+def _get(host: str, port: int, path: str = "/readyz") -> bytes:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as conn:
+        conn.settimeout(5)
+        conn.connect((host, port))
+        conn.sendall(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+        chunks = []
+        while chunk := conn.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_metrics_address_ipv6_and_the_dual_stack_default():
+    """`--metrics-address ::` must work on IPv6-only nodes; the default serves both families."""
+    import socket
+
+    if not socket.has_ipv6:
+        pytest.fail("this Python has no IPv6 support; the dual-stack contract cannot be checked")
+    for host, clients in (("::", ["::1", "127.0.0.1"]), ("", ["::1", "127.0.0.1"]), ("::1", ["::1"])):
+        server = HealthServer(0, lambda: b"m\n", lambda: (True, ""), lambda: (True, ""), host=host).start()
+        try:
+            for client in clients:
+                assert _get(client, server.port).startswith(b"HTTP/1.0 200"), (host, client)
+        finally:
+            server.stop()
+
+
+def test_a_client_reset_mid_request_leaves_no_traceback(capfd):
+    import socket
+    import struct
+
+    server = HealthServer(0, lambda: b"m\n" * 200000, lambda: (True, ""), lambda: (True, ""), host="127.0.0.1").start()
+    try:
+        for _ in range(5):
+            with socket.socket() as conn:
+                conn.connect(("127.0.0.1", server.port))
+                conn.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
+        assert _get("127.0.0.1", server.port).startswith(b"HTTP/1.0 200")  # still serving
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err
