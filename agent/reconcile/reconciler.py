@@ -95,6 +95,11 @@ class Reconciler:
         self._cached_plan: PlanFunction | None = None
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def node_uid(self) -> str:
+        """The uid of the Node last seen (for Events about it); "" before the first read."""
+        return self._node_uid
+
     def reconcile(self, plan: PlanFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
         """Apply ``plan(foreign_labels)`` to the node; never raises on API errors."""
         return self._run(plan, live_node, cleaning=False)[0]

@@ -57,6 +57,7 @@ from agent.sources import SOURCE_NAMES
 log = logging.getLogger(__name__)
 
 REASON_RULES_INVALID = "RulesInvalid"
+REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
 
 
 @dataclass
@@ -116,7 +117,8 @@ class Agent:
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
-                                        settings.sources, observe=self._observe_discovery)
+                                        settings.sources, observe=self._observe_discovery,
+                                        on_degraded=self._source_degraded)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
         self.monitor: HotplugMonitor | None = None
         self.poller: Poller | None = None
@@ -212,9 +214,20 @@ class Agent:
         return True, "ok"
 
     def is_ready(self) -> tuple[bool, str]:
+        degraded = dict(self.discovery.degraded)
+        if degraded:
+            return False, "SourceDegraded: " + "; ".join(f"{n}: {why}" for n, why in sorted(degraded.items()))
         if self.ready.is_set():
             return True, "ok"
         return False, "first reconcile of this node has not succeeded yet"
+
+    def _source_degraded(self, source: str, why: str | None) -> None:
+        """A source failed as a whole (``why``) or recovered (None): metric and a Warning Event."""
+        self.metrics.source_degraded.labels(source=source).set(1 if why else 0)
+        if why:
+            self.reconciler.events.record(self.reconciler.node_uid, REASON_SOURCE_DEGRADED,
+                                          f"discovery source {source} failed as a whole ({why}); its previous "
+                                          "features are kept and nothing it contributed is removed", warning=True)
 
     # -- event inputs (other threads) -----------------------------------------------------
     def _hotplug(self, event: UEvent) -> None:

@@ -1,7 +1,10 @@
 """Discovery results kept between passes; a hotplug reruns only the sources it can change.
 
 ``refresh(None)`` runs every enabled source; ``refresh({"usb", "network"})`` reruns those and
-keeps the cached results of the others. ``generation`` increases on every refresh so the
+keeps the cached results of the others. A rerun source that failed as a whole
+(``agent.discovery_evidence``: its evidence path unreadable, or nothing but errors) keeps its
+previous result instead, and is listed in ``degraded`` until it reads again: removal needs
+positive evidence. ``generation`` increases on every refresh so the
 loop knows to rebuild its plan function (the Reconciler caches plans per function).
 """
 
@@ -12,19 +15,24 @@ import time
 from typing import Iterable
 
 from agent.discovery import Discovery, DiscoveryConfig, discover
+from agent.discovery_evidence import wholesale_failure
 from agent.hostfs import HostFS
 
 log = logging.getLogger(__name__)
 
 
 class DiscoveryCache:
-    def __init__(self, host: HostFS, config: DiscoveryConfig, sources: Iterable[str], *, observe=None) -> None:
+    def __init__(self, host: HostFS, config: DiscoveryConfig, sources: Iterable[str], *, observe=None,
+                 on_degraded=None) -> None:
         self.host = host
         self.config = config
         self.sources = tuple(sorted(sources))
         self.observe = observe  # observe(source, seconds)
         self.current: Discovery | None = None
         self.generation = 0
+        #: source -> why its previous result is kept (it failed as a whole this time)
+        self.degraded: dict[str, str] = {}
+        self.on_degraded = on_degraded  # on_degraded(source, why or None when it recovered)
 
     def refresh(self, sources: Iterable[str] | None) -> tuple[str, ...]:
         """Rediscover ``sources`` (None or no cache yet: all); returns the names rerun."""
@@ -39,11 +47,33 @@ class DiscoveryCache:
         if self.observe is not None:
             for name, seconds in found.durations.items():
                 self.observe(name, seconds)
+        results = dict(found.results)
+        for name in names:
+            previous = self.current.results.get(name) if self.current is not None else None
+            why = wholesale_failure(self.host, name, results[name], previous) if name in results else None
+            if why:
+                results[name] = previous
+                if self.degraded.get(name) != why:
+                    log.warning("source %s failed as a whole (%s): keeping its previous features; nothing it "
+                                "contributed is removed until it reads again", name, why,
+                                extra={"event": "source-degraded", "change": name})
+                    self._notify(name, why)
+                self.degraded[name] = why
+            elif self.degraded.pop(name, None) is not None:
+                log.info("source %s reads again", name, extra={"event": "source-recovered", "change": name})
+                self._notify(name, None)
         if self.current is None or set(names) == set(self.sources):
-            self.current = found
+            self.current = Discovery(results, found.durations)
         else:
-            self.current = Discovery({**self.current.results, **found.results},
+            self.current = Discovery({**self.current.results, **results},
                                      {**self.current.durations, **found.durations})
         self.generation += 1
         log.debug("rediscovered %s in %.1f ms", ",".join(names), (time.perf_counter() - started) * 1000)
         return names
+
+    def _notify(self, name: str, why: str | None) -> None:
+        if self.on_degraded is not None:
+            try:
+                self.on_degraded(name, why)
+            except Exception:  # noqa: BLE001 - reporting must never break discovery
+                log.exception("reporting the state of source %s failed", name)

@@ -34,6 +34,9 @@ class AgentMetrics:
                                   registry=r)
         self.udev_fallback = Gauge("nfa_udev_fallback_active",
                                    "1 while event monitoring failed and the agent is polling", registry=r)
+        self.source_degraded = Gauge("nfa_source_degraded",
+                                     "1 while a discovery source fails as a whole and its previous features are kept",
+                                     ["source"], registry=r)
         self.rules_reloads = Counter("nfa_rules_reload_total", "Rule catalogue reloads by result", ["result"],
                                      registry=r)
         for result in RECONCILE_RESULTS:
