@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --pod-guard: also evict those pods through the Eviction API")
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
     parser.add_argument("--watch-timeout", type=positive_int, default=900, help=argparse.SUPPRESS)
-    parser.add_argument("--retries", type=positive_int, default=5, help=argparse.SUPPRESS)
+    parser.add_argument("--retries", type=positive_int, default=1, help=argparse.SUPPRESS)
 
 
 def settings_from_args(args: argparse.Namespace):

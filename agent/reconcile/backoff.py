@@ -1,9 +1,12 @@
-"""Capped exponential backoff with jitter, mirroring client-go's reflector.
+"""Capped exponential backoff with jitter for one agent's own Node.
 
-client-go's reflector backs off relists from 800 ms, doubling, capped at 30 s, with jitter
-1.0 (each delay is ``d + rand*d``), and resets after 2 minutes without errors; it settles at
-a [30, 60) s interval per agent against an unhealthy API server (kubernetes-api.md
-section 4). ``Retry-After`` from a 429/503 replaces the computed delay.
+client-go's reflector backs off from 800 ms to 30 s and resets only 2 minutes after the last
+error (kubernetes-api.md section 4) — tuned for thousands of informers re-listing whole
+collections. One agent patching one Node is a different trade: with a fault every ~30 s
+that policy kept the agent blind for most of the time (issue 15). So here: 0.5 s doubling,
+capped at 5 s, full jitter (each delay is ``d + rand*d``, so at most 10 s), reset on the
+first success. A fleet stays spread by the jitter; ``Retry-After`` from a 429/503 replaces
+the computed delay (bounded), so an overloaded server still sets the pace.
 
 Clock, sleep and random are injected so tests run the real policy with tiny sleeps.
 """
@@ -15,11 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-INITIAL_DELAY = 0.8
-MAX_DELAY = 30.0
+INITIAL_DELAY = 0.5
+MAX_DELAY = 5.0
 FACTOR = 2.0
 JITTER = 1.0
-RESET_AFTER = 120.0
 MAX_RETRY_AFTER = 120.0
 """Upper bound on a server-sent Retry-After we will obey (APF sends at most 32 s)."""
 
@@ -30,12 +32,11 @@ class BackoffSettings:
     maximum: float = MAX_DELAY
     factor: float = FACTOR
     jitter: float = JITTER
-    reset_after: float = RESET_AFTER
 
 
 class Backoff:
     """Stateful delay generator: ``next_delay()`` after each failure, ``success()`` after a
-    success. The step count resets when ``reset_after`` seconds passed since the last failure."""
+    success (which starts the next failure from the initial delay again)."""
 
     def __init__(
         self,
@@ -56,10 +57,7 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         """Register a failure and return how long to wait before the next try."""
-        now = self._clock()
-        if self._last_failure is not None and now - self._last_failure >= self.settings.reset_after:
-            self._steps = 0
-        self._last_failure = now
+        self._last_failure = self._clock()
         base = min(self.settings.maximum, self.settings.initial * self.settings.factor ** self._steps)
         self._steps += 1
         if retry_after is not None and retry_after >= 0:
@@ -67,11 +65,9 @@ class Backoff:
         return base + self._random() * base * self.settings.jitter
 
     def success(self) -> None:
-        """A success does not reset at once (a flapping server would defeat the cap); the
-        reset happens ``reset_after`` seconds after the last failure, as in client-go."""
-        if self._last_failure is not None and self._clock() - self._last_failure >= self.settings.reset_after:
-            self._steps = 0
-            self._last_failure = None
+        """Reset at once: the cap is a few seconds, so a flapping server costs at most one
+        request per capped delay anyway, and a healthy one should be used at once."""
+        self.reset()
 
     def reset(self) -> None:
         self._steps = 0

@@ -31,8 +31,10 @@ from agent.reconcile.backoff import Backoff, parse_retry_after
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-DEFAULT_REQUEST_TIMEOUT = (5.0, 20.0)
-"""(connect, read) seconds: without a read timeout a half-open connection blocks forever."""
+DEFAULT_REQUEST_TIMEOUT = (3.0, 5.0)
+"""(connect, read) seconds: without a read timeout a half-open connection blocks forever, and
+a long one keeps the single worker from seeing newer events (a Node GET or PATCH answers in
+milliseconds). The watch has its own long read timeout (``node_watch``)."""
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 

@@ -12,7 +12,8 @@ One pass (``_process``):
 3. reconcile with ``plan_fn(node_labels) = rules.plan_node(features, labels, node_labels,
    catalogue)``, on the Node the watch last delivered when it is provably newer than our own
    last write, else on a fresh GET;
-4. on error, schedule a retry after the Reconciler's ``retry_after`` (backoff, Retry-After).
+4. on error, end the pass and schedule a retry after the Reconciler's ``retry_after``
+   (backoff, Retry-After); any event before then starts a fresh pass at once.
 
 Node-only batches that are echoes of our own writes are dropped (``RecordingNodeApi``).
 Resync: every ``resync_interval`` seconds +/- ``resync_jitter`` (a DaemonSet's agents spread
@@ -87,7 +88,7 @@ class Settings:
     fresh_node_age: float = 150.0
     stuck_after: float = 300.0
     emit_events: bool = True
-    retries: int = 5
+    retries: int = 1  # tries per request inside a pass; 1: a failure ends the pass, the retry is scheduled
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
 
 
@@ -131,6 +132,7 @@ class Agent:
         self._plan = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
+        self._retry_at: float | None = None
         self._node_missing = False
         self._node_deliveries = 0
 
@@ -252,6 +254,13 @@ class Agent:
                                       text, warning=True)
 
     # -- the worker -----------------------------------------------------------------------
+    def _schedule_retry(self, delay: float) -> None:
+        """The failed pass has ended; try again after ``delay`` unless an event comes first.
+        The retry is kept out of the queue on purpose: a retry's delay in the pending batch
+        would hold back a hotplug, rule edit or Node change arriving meanwhile, and those
+        must start a fresh pass from the current host state at once (issue 15)."""
+        self._retry_at = time.monotonic() + max(0.0, delay)
+
     def _jittered(self) -> float:
         s = self.settings
         return s.resync_interval * (1 + s.resync_jitter * (2 * self._rng.random() - 1))
@@ -260,13 +269,19 @@ class Agent:
         self._next_resync = time.monotonic() + self._jittered()
         while True:
             self._busy_since = None
-            batch = self.queue.get(timeout=max(0.0, self._next_resync - time.monotonic()))
+            wake = self._next_resync if self._retry_at is None else min(self._next_resync, self._retry_at)
+            batch = self.queue.get(timeout=max(0.0, wake - time.monotonic()))
             if self.queue.stopped:
                 return
             if batch is None:
+                if self._retry_at is not None and self._retry_at <= time.monotonic():
+                    self._retry_at = None
+                    self.queue.put(q.RETRY)
+                    continue
                 self.queue.put(q.RESYNC, sources=None)
                 self._next_resync = time.monotonic() + self._jittered()
                 continue
+            self._retry_at = None  # this pass starts from the current state; it schedules its own retry
             self._busy_since = time.monotonic()
             try:
                 self._process(batch)
@@ -275,7 +290,7 @@ class Agent:
             except Exception:  # a bug in one pass must not end the loop
                 log.exception("reconcile pass failed", extra={"node": self.settings.node_name, "event": "error"})
                 self.metrics.reconciled("error")
-                self.queue.put(q.RETRY, delay=self.reconciler.backoff.next_delay())
+                self._schedule_retry(self.reconciler.backoff.next_delay())
             if q.RESYNC in batch.kinds:
                 self._next_resync = time.monotonic() + self._jittered()
 
@@ -338,8 +353,10 @@ class Agent:
                         "change": "; ".join(outcome.applied)[:500] if outcome.applied else ""})
         if outcome.error:
             # a node that registered while this pass got its 404 was delivered before the flag was set
-            self.queue.put(q.RETRY, delay=outcome.retry_after if outcome.retry_after is not None else 1.0,
-                           expedite=outcome.node_missing and self._node_deliveries != deliveries)
+            if outcome.node_missing and self._node_deliveries != deliveries:
+                self.queue.put(q.RETRY)
+            else:
+                self._schedule_retry(outcome.retry_after if outcome.retry_after is not None else 1.0)
             return
         if not self.ready.is_set():
             self.ready.set()

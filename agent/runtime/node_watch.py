@@ -3,7 +3,7 @@
 The loop (kubernetes-api.md section 3): LIST with ``fieldSelector=metadata.name=<node>``
 (gives the Node, or nothing if it is not registered yet, and a resourceVersion); WATCH from
 that version with ``allowWatchBookmarks`` and ``timeoutSeconds``; on each event remember the
-version; when the server ends the stream, watch again from the last version; on 410 Gone
+version; when the server ends the stream, watch again from the last version at once; on 410 Gone
 (HTTP or an in-stream ERROR) LIST again; on network errors and 5xx back off (client-go's
 reflector policy, ``agent.reconcile.backoff``) and watch again. The stream is parsed here
 (not with ``kubernetes.watch.Watch``, whose 410 and bookmark handling varies by version).
@@ -34,6 +34,8 @@ DEFAULT_WATCH_TIMEOUT = 900
 DEFAULT_READ_TIMEOUT = 330.0
 """No byte for this long means the connection is dead (kubelet reports status every <= 5 min)."""
 MAX_LINE = 16 * 1024 * 1024
+QUICK_END_MAX_WAIT = 1.0
+"""Pause between watches a server keeps ending at once without an event (50 ms doubling)."""
 
 
 def relevant(node: Mapping[str, Any] | None) -> tuple | None:
@@ -121,6 +123,7 @@ class NodeWatcher:
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         need_list = True
+        quick_ends = 0
         if self.initial_delay:
             self._wait(self.initial_delay)  # the agent's startup jitter: spread a rollout's first LISTs
         while not self._stop.is_set():
@@ -130,10 +133,13 @@ class NodeWatcher:
                     need_list = False
                 started = time.monotonic()
                 events = self._watch()
+                self.backoff.success()  # a clean end is no error: reconnect from the last version at once
                 if events == 0 and time.monotonic() - started < 1.0:
-                    self._wait(self.backoff.next_delay())  # a server ending watches at once: no hot loop
+                    quick_ends += 1  # a server ending watches at once: no hot loop, but no error backoff
+                    if quick_ends > 1:
+                        self._wait(min(QUICK_END_MAX_WAIT, 0.05 * 2 ** (quick_ends - 2)))
                 else:
-                    self.backoff.success()
+                    quick_ends = 0
             except WatchExpired:
                 log.info("node watch: resourceVersion %s expired (410); listing again", self.resource_version,
                          extra={"node": self.node_name, "event": "watch-expired"})

@@ -39,7 +39,7 @@ class Harness:
         settings = Settings(node_name=NODE, rules_dirs=[str(self.rules)], host_root=str(self.host.root),
                             metrics_port=0, metrics_host="127.0.0.1", debounce=0.05, debounce_max=0.5,
                             startup_taints=(Taint.parse("node-feature-agent.io/not-ready:NoSchedule"),),
-                            watch_timeout=30, backoff=BackoffSettings(initial=0.05, maximum=0.2), **overrides)
+                            watch_timeout=30, **{"backoff": BackoffSettings(initial=0.05, maximum=0.2), **overrides})
         source = None if overrides.get("udev_mode") else SocketSource(receiver)
         if source is None:
             receiver.close()
@@ -263,3 +263,22 @@ def test_metrics_port_in_use_fails_start(tmp_path, server):
     finally:
         busy.close()
         h.sender.close()
+
+
+def test_a_failed_write_ends_the_pass_and_a_new_event_does_not_wait_for_the_backoff(tmp_path, server):
+    """Issue 15: with a 30 s backoff, a 503 ends the pass at once (no sleep inside it) and
+    the next hotplug starts a fresh pass from the current host state, not after the backoff."""
+    h = Harness(tmp_path, server, backoff=BackoffSettings(initial=30.0, maximum=30.0))
+    try:
+        h.start()
+        server.faults.fail(503, count=1, verb="PATCH")
+        h.host.unplug()
+        h.inject("remove")
+        wait_for(lambda: harness_metric(h, 'nfa_reconcile_total{result="error"}'), timeout=10, what="failed pass")
+        assert server.faults.pending() == 0
+        wait_for(lambda: h.agent._busy_since is None, timeout=10, what="the failed pass to end")
+        assert has_edgetpu(h.node()) == (True, True)  # nothing applied yet
+        h.inject("remove", CORAL_DEVPATH + "/2-2:1.0")
+        wait_for(lambda: has_edgetpu(h.node()) == (False, False), timeout=10, what="fresh pass during the backoff")
+    finally:
+        assert h.close()

@@ -169,3 +169,24 @@ def test_hostile_stream_lines_are_dropped_and_errors_classified():
         watcher._event(b'{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}')
     with pytest.raises(RuntimeError):
         watcher._event(b'{"type": "ERROR", "object": {"kind": "Status", "code": 500}}')
+
+
+def test_clean_ends_reconnect_at_once_from_the_last_version():
+    """Issue 15: a clean end of the stream is no error. Even with a 30 s error backoff and
+    streams ended before any event, the watcher is back within moments, from its version."""
+    slow = BackoffSettings(initial=30.0, maximum=30.0)
+    with FakeApiServer(bookmark_interval=3600) as srv:
+        srv.add_node("n1", labels={"a": "1"})
+        rec = Recorder()
+        watcher = NodeWatcher(srv.core_api(), "n1", rec, backoff=slow).start()
+        try:
+            wait_for(lambda: watcher.watches >= 1 and srv.watches.count() >= 1, what="watch open")
+            for n in (2, 3, 4):
+                wait_for(lambda: srv.watches.count() >= 1, what="watch open")
+                srv.drop_watches()
+                wait_for(lambda: watcher.watches >= n and srv.watches.count() >= 1, timeout=10, what=f"re-watch {n}")
+            assert watcher.lists == 1
+            srv.edit_node("n1", lambda n: n["metadata"]["labels"].update(b="2"))
+            wait_for(lambda: any("b" in l for l in rec.labels()), timeout=10, what="change after reconnects")
+        finally:
+            watcher.stop()
