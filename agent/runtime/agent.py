@@ -1,12 +1,13 @@
 """The agent: event sources -> one coalescing queue -> one worker that discovers and reconciles.
 
-Threads (all daemon, all stopped by ``stop``): the worker (owns HostFS, discovery, the
-catalogue reloads and the Reconciler: none of them is shared), the hotplug monitor or
+Threads (all daemon, all stopped by ``stop``): the worker (owns HostFS, discovery and
+the Reconciler: neither is shared; catalogue reloads are locked), the hotplug monitor or
 poller, the rules watcher, the Node watch, the HTTP server. Event threads only ``put``.
 
 One pass (``_process``):
 
-1. rules: on a ``rules`` or ``resync`` trigger, reload the catalogue (last good kept);
+1. rules: the watcher thread judges each edit when seen (last good kept) and queues a
+   ``rules`` trigger for an accepted one; a ``resync`` reloads too;
 2. discovery: rerun the sources the batch names (hotplug -> the mapped ones; startup,
    resync -> all), keep the rest cached;
 3. reconcile with ``plan_fn(node_labels) = rules.plan_node(features, labels, node_labels,
@@ -133,6 +134,7 @@ class Agent:
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
         self._retry_at: float | None = None
+        self._rules_generation = self.rules.generation
         self._node_missing = False
         self._node_deliveries = 0
 
@@ -144,7 +146,7 @@ class Agent:
                                      host=s.metrics_host).start()
         self._start_hotplug()
         if s.watch_rules:
-            self.rules_watcher = RulesWatcher(s.rules_dirs, lambda: self.queue.put(q.RULES)).start()
+            self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited).start()
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
@@ -248,6 +250,14 @@ class Agent:
     def _observe_discovery(self, source: str, seconds: float) -> None:
         self.metrics.discovery_duration.labels(source).observe(seconds)
 
+    def _rules_edited(self) -> None:
+        """Judge each edit when it is seen, in the watcher thread: a busy or backing-off
+        worker would see only the last of several quick edits, and an invalid one in between
+        would get no log line, Event or metric (issue 15). Only an accepted edit queues a pass."""
+        if self.rules.reload().changed:
+            self.metrics.rules_reloads.labels("accepted").inc()
+            self.queue.put(q.RULES)
+
     def _rules_rejected(self, text: str) -> None:
         self.metrics.rules_reloads.labels("rejected").inc()
         self.reconciler.events.record(self.last_outcome.node_uid if self.last_outcome else "", REASON_RULES_INVALID,
@@ -322,14 +332,12 @@ class Agent:
             rv = str((node.get("metadata") or {}).get("resourceVersion") or "")
             if self.api.is_own_version(rv):
                 return  # the echo of our own write: the Reconciler already saw this state
-        rules_changed = False
-        if kinds & {q.RULES, q.RESYNC}:
-            reload = self.rules.reload()
-            rules_changed = reload.changed
-            if reload.changed:
-                self.metrics.rules_reloads.labels("accepted").inc()
-            if kinds == {q.RULES} and not reload.changed:
-                return
+        if q.RESYNC in kinds and self.rules.reload().changed:  # an edit the watcher missed
+            self.metrics.rules_reloads.labels("accepted").inc()
+        rules_changed = self.rules.generation != self._rules_generation
+        self._rules_generation = self.rules.generation
+        if kinds == {q.RULES} and not rules_changed:
+            return
         rerun = self.discovery.refresh(batch.sources) if (batch.sources is None or batch.sources) else ()
         plan = self._plan_fn()
         deliveries = self._node_deliveries

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -75,7 +76,8 @@ class Reload:
 
 
 class RulesState:
-    """Holds the catalogue in use; ``reload`` is called by the watcher thread."""
+    """Holds the catalogue in use; ``reload`` is called by the watcher thread for each edit
+    and by the worker on resync, serialized by a lock."""
 
     def __init__(self, dirs: Sequence[str], options: Any = None, *,
                  loader: Callable[..., Any] | None = None,
@@ -85,6 +87,7 @@ class RulesState:
         self.dirs = list(dirs)
         self.options = options
         self._loader = loader
+        self._lock = threading.Lock()
         self.on_rejected = on_rejected
         self.generation = 0
         self.rejected_fingerprint = ""
@@ -99,6 +102,10 @@ class RulesState:
 
     def reload(self) -> Reload:
         """Re-read the directories if their content changed; never raises."""
+        with self._lock:
+            return self._reload()
+
+    def _reload(self) -> Reload:
         current = fingerprint(self.dirs)
         if current == self._fingerprint:
             return Reload(changed=False)

@@ -282,3 +282,21 @@ def test_a_failed_write_ends_the_pass_and_a_new_event_does_not_wait_for_the_back
         wait_for(lambda: has_edgetpu(h.node()) == (False, False), timeout=10, what="fresh pass during the backoff")
     finally:
         assert h.close()
+
+
+def test_every_invalid_rules_edit_is_judged_while_the_worker_is_busy(harness):
+    """Issue 15: two broken edits in a row while the worker is stuck in a slow write each
+    get their own RulesInvalid Event and metric, judged when seen, not when the worker is free."""
+    harness.start()
+    harness.server.faults.slow(6.0, count=1, verb="PATCH")
+    harness.host.unplug()
+    harness.inject("remove")
+    wait_for(lambda: harness.agent._busy_since is not None, timeout=10, what="a pass in progress")
+    for n, name in enumerate(("zz-broken-1.yaml", "zz-broken-2.yaml"), start=1):
+        write_configmap(harness.rules, {**CATALOGUE, f"rules/{name}": "kind: NodeFeatureRule\nmetadata: {name: x\n"})
+        wait_for(lambda: harness.metric('nfa_rules_reload_total{result="rejected"}') == n, timeout=5,
+                 what=f"broken edit {n} judged")
+    assert harness.agent._busy_since is not None  # the worker was busy all along
+    wait_for(lambda: len([e for e in harness.server.events() if e["reason"] == "RulesInvalid"]) == 2, what="two Events")
+    messages = [e["message"] for e in harness.server.events() if e["reason"] == "RulesInvalid"]
+    assert "zz-broken-1.yaml" in messages[0] and "zz-broken-2.yaml" in messages[1]
