@@ -271,6 +271,11 @@ class Agent:
         must start a fresh pass from the current host state at once (issue 15)."""
         self._retry_at = time.monotonic() + max(0.0, delay)
 
+    def retry_in(self) -> float | None:
+        """Seconds until the scheduled retry of a failed pass (None: none scheduled)."""
+        retry_at = self._retry_at
+        return None if retry_at is None else max(0.0, retry_at - time.monotonic())
+
     def _jittered(self) -> float:
         s = self.settings
         return s.resync_interval * (1 + s.resync_jitter * (2 * self._rng.random() - 1))

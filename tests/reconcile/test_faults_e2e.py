@@ -55,7 +55,7 @@ def test_server_error_burst_is_retried_with_exponential_backoff():
         fail_next(server, 503, count=3)
         outcome = make(server, sleeps).reconcile(plan_of(WANT))
         assert outcome.ok and converged(server)
-        assert sleeps.delays == [0.8, 1.6, 3.2]  # random=0: the reflector's base delays
+        assert sleeps.delays == [0.5, 1.0, 2.0]  # random=0: the base delays (agent.reconcile.backoff)
         assert outcome.writes == 2 == len(node_writes(server))
 
 
@@ -99,7 +99,7 @@ def test_forbidden_is_reported_once_without_a_hot_loop(server):
     outcome = make(server, sleeps).reconcile(plan_of(WANT))
     assert not outcome.ok and "forbidden" in outcome.error and "ClusterRole" in outcome.error
     assert len(server.requests) == 1 and sleeps.delays == []  # no retry inside the call
-    assert outcome.retry_after >= 0.8
+    assert outcome.retry_after >= 0.5
 
 
 def test_one_item_rejected_with_422_is_skipped_and_the_rest_applied(server):
