@@ -38,6 +38,12 @@ QUICK_END_MAX_WAIT = 1.0
 """Pause between watches a server keeps ending at once without an event (50 ms doubling)."""
 
 
+#: the longest the watch waits before reconnecting after an error: a watch is the agent's eyes
+#: on its Node; the agent's writes have their own backoff (client-go's reflector caps relists at
+#: 30 s; the agent only watches one object, so a few seconds cost the API server little)
+MAX_WATCH_DELAY = 5.0
+
+
 def relevant(node: Mapping[str, Any] | None) -> tuple | None:
     """The parts of a Node the agent reacts to (None for no node)."""
     if not node:
@@ -147,7 +153,7 @@ class NodeWatcher:
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                delay = self.backoff.next_delay(getattr(exc, "retry_after", None))
+                delay = min(self.backoff.next_delay(getattr(exc, "retry_after", None)), MAX_WATCH_DELAY)
                 log.warning("node watch failed (%s); retrying in %.1fs", _describe(exc), delay,
                             extra={"node": self.node_name, "event": "watch-error"})
                 self._wait(delay)

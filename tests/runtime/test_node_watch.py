@@ -190,3 +190,43 @@ def test_clean_ends_reconnect_at_once_from_the_last_version():
             wait_for(lambda: any("b" in l for l in rec.labels()), timeout=10, what="change after reconnects")
         finally:
             watcher.stop()
+
+
+class RecordingWaits(NodeWatcher):
+    """The real watcher, with every back-off wait it asks for recorded (and shortened), so the
+    test asserts on the policy, not on the clock."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.waits: list[float] = []
+
+    def _wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        super()._wait(min(seconds, 0.05))
+
+
+def test_a_clean_end_of_the_stream_reconnects_at_once_and_errors_back_off_a_few_seconds_at_most(server):
+    """Issue 15, item 4, with the production back-off settings (800 ms doubling to 30 s)."""
+    from agent.runtime.node_watch import MAX_WATCH_DELAY
+
+    rec = Recorder()
+    watcher = RecordingWaits(server.core_api(), "n1", rec).start()
+    try:
+        wait_for(lambda: rec.nodes and watcher.watches >= 1 and server.watches.count() >= 1, what="watch open")
+        for n in range(3):  # the server ends the stream cleanly (its timeout, a restart)
+            server.edit_node("n1", lambda node, n=n: node["metadata"]["labels"].update(step=str(n)))
+            wait_for(lambda n=n: rec.labels()[-1].get("step") == str(n), what="event seen")
+            opened = watcher.watches
+            assert server.drop_watches() >= 1
+            wait_for(lambda opened=opened: watcher.watches > opened and server.watches.count() >= 1, what="rewatch")
+        assert watcher.waits == []  # never waited after a clean end
+        server.edit_node("n1", lambda node: node["metadata"]["labels"].update(step="after"))
+        wait_for(lambda: rec.labels()[-1].get("step") == "after", what="events keep flowing")
+
+        for _ in range(8):  # abrupt ends: errors; the delays grow, but never past a few seconds
+            opened = watcher.watches
+            server.drop_watches(abrupt=True)
+            wait_for(lambda opened=opened: watcher.watches > opened, what="rewatch after an error")
+        assert watcher.waits and max(watcher.waits) <= MAX_WATCH_DELAY
+    finally:
+        watcher.stop()
