@@ -219,7 +219,10 @@ def test_a_clean_end_of_the_stream_reconnects_at_once_and_errors_back_off_a_few_
             opened = watcher.watches
             assert server.drop_watches() >= 1
             wait_for(lambda opened=opened: watcher.watches > opened and server.watches.count() >= 1, what="rewatch")
-        assert watcher.waits == []  # never waited after a clean end
+        # No back-off builds up across clean ends: each one resets it. (A stream that ends within
+        # a second with no event at all, which a loaded machine can produce here, is paused once
+        # by the first step, 0.8 s plus jitter, so a server closing watches at once is no hot loop.)
+        assert all(w <= 1.6 for w in watcher.waits), watcher.waits
         server.edit_node("n1", lambda node: node["metadata"]["labels"].update(step="after"))
         wait_for(lambda: rec.labels()[-1].get("step") == "after", what="events keep flowing")
 
