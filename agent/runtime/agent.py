@@ -102,6 +102,7 @@ class Agent:
                  event_source: EventSource | None = None, rng: random.Random | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or AgentMetrics()
+        self.hotplug_degraded = ""  # why device events come from a fallback (not ready while set)
         self.api = api if isinstance(api, RecordingNodeApi) else RecordingNodeApi.wrap(api)
         instrument(self.api.core.api_client, self.metrics.api_request)
         self._event_source = event_source
@@ -165,15 +166,30 @@ class Agent:
             try:
                 source = open_source(self.settings.udev_mode, self._monitored())
             except EventSourceError as err:
-                log.warning("cannot receive device events (%s); polling %s every %.0fs instead", err,
-                            "PCI/USB/net/block/device-tree listings", self.settings.poll_interval,
-                            extra={"node": self.settings.node_name, "event": "udev-fallback"})
-                self.metrics.udev_fallback.set(1)
-                mode = "poll"
+                source = self._fallback_source(mode, err)
+                mode = "kernel" if source is not None else "poll"
         if source is not None:
             self.monitor = HotplugMonitor(source, self._hotplug).start()
         elif mode == "poll":
             self.poller = Poller(HostFS(self.settings.host_root), self._hotplug, self.settings.poll_interval).start()
+
+    def _fallback_source(self, mode: str, err: EventSourceError) -> EventSource | None:
+        """No silent loss of device events: udev mode without udevd's socket falls back to kernel
+        uevents (they reach a pod's own network namespace), anything else to polling; either way
+        a log line, ``nfa_udev_fallback_active`` and a not-ready reason say so."""
+        source = None
+        if mode == "udev":
+            try:
+                source = open_source("kernel", self._monitored())
+            except EventSourceError as kernel_err:
+                err = EventSourceError(f"{err}; kernel uevents: {kernel_err}")
+        instead = ("kernel uevents instead" if source is not None else
+                   f"polling PCI/USB/net/block/device-tree listings every {self.settings.poll_interval:.0f}s instead")
+        log.warning("cannot receive device events (%s); %s", err, instead,
+                    extra={"node": self.settings.node_name, "event": "udev-fallback"})
+        self.metrics.udev_fallback.set(1)
+        self.hotplug_degraded = f"HotplugFallback: --udev-mode={mode} unusable ({err}); using {instead}"
+        return source
 
     def _monitored(self) -> list[str]:
         from agent.runtime.subsystems import SUBSYSTEM_SOURCES
@@ -221,6 +237,8 @@ class Agent:
         degraded = dict(self.discovery.degraded)
         if degraded:
             return False, "SourceDegraded: " + "; ".join(f"{n}: {why}" for n, why in sorted(degraded.items()))
+        if self.hotplug_degraded:
+            return False, self.hotplug_degraded
         if self.ready.is_set():
             return True, "ok"
         return False, "first reconcile of this node has not succeeded yet"

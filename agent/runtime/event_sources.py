@@ -129,6 +129,7 @@ class PyudevSource:
     """pyudev netlink monitor (``source`` kernel or udev), filtered to our subsystems."""
 
     def __init__(self, source: str, subsystems: Iterable[str] = MONITORED_SUBSYSTEMS) -> None:
+        self.kind = source  # "kernel" or "udev": which netlink group this monitor listens to
         try:
             import pyudev
 
@@ -170,9 +171,18 @@ class PyudevSource:
             pass
 
 
+#: udevd's control socket; where it is missing a "udev" monitor silently receives nothing
+UDEV_CONTROL = "/run/udev/control"
+
+
 def open_source(mode: str, subsystems: Iterable[str] = MONITORED_SUBSYSTEMS) -> EventSource | None:
     """The source for ``--udev-mode`` (None for poll/off); ``EventSourceError`` if it cannot open."""
     kind, path = parse_mode(mode)
+    if kind == "udev" and not os.path.exists(UDEV_CONTROL):
+        # libudev silently subscribes to nothing without udevd's control socket (kubernetes-api.md
+        # 5.1): the monitor would open fine and never deliver an event
+        raise EventSourceError(f"udev mode needs {UDEV_CONTROL} (mount the host's /run/udev and use "
+                               "hostNetwork); udevd's events would never arrive")
     if kind in ("kernel", "udev"):
         return PyudevSource(kind, subsystems)
     if kind == "inject":

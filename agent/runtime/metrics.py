@@ -33,7 +33,7 @@ class AgentMetrics:
         self.last_success = Gauge("nfa_last_success_timestamp_seconds", "Unix time of the last successful reconcile",
                                   registry=r)
         self.udev_fallback = Gauge("nfa_udev_fallback_active",
-                                   "1 while event monitoring failed and the agent is polling", registry=r)
+                                   "1 while the configured event monitoring failed and the agent uses a fallback (kernel uevents or polling)", registry=r)
         self.source_degraded = Gauge("nfa_source_degraded",
                                      "1 while a discovery source fails as a whole and its previous features are kept",
                                      ["source"], registry=r)

@@ -191,6 +191,8 @@ def test_no_event_source_falls_back_to_polling(tmp_path, server):
         h.start()
         assert h.agent.poller is not None and h.agent.monitor is None
         assert h.metric("nfa_udev_fallback_active") == 1.0
+        ready, why = h.agent.is_ready()
+        assert not ready and why.startswith("HotplugFallback") and "polling" in why
         h.host.unplug()
         wait_for(lambda: has_edgetpu(server.node(NODE)) == (False, False), what="poller noticed the unplug")
         assert h.metric('nfa_hotplug_events_total{action="poll",subsystem="usb"}') >= 1.0
@@ -300,3 +302,24 @@ def test_every_invalid_rules_edit_is_judged_while_the_worker_is_busy(harness):
     wait_for(lambda: len([e for e in harness.server.events() if e["reason"] == "RulesInvalid"]) == 2, what="two Events")
     messages = [e["message"] for e in harness.server.events() if e["reason"] == "RulesInvalid"]
     assert "zz-broken-1.yaml" in messages[0] and "zz-broken-2.yaml" in messages[1]
+
+
+def test_udev_mode_without_udevds_socket_falls_back_to_kernel_uevents(tmp_path, server, monkeypatch):
+    """libudev subscribes to nothing without /run/udev/control (kubernetes-api.md 5.1): the agent
+    must not sit on a silent monitor but fall back, say so in the log, the metric and /readyz."""
+    from agent.runtime import event_sources
+
+    monkeypatch.setattr(event_sources, "UDEV_CONTROL", str(tmp_path / "no-udevd" / "control"))
+    h = Harness(tmp_path, server, udev_mode="udev", poll_interval=0.05)
+    try:
+        h.start()
+        # kernel uevents where this kernel lets us open the netlink socket, else polling
+        if h.agent.monitor is not None:
+            assert h.agent.monitor.source.kind == "kernel" and h.agent.poller is None
+        else:
+            assert h.agent.poller is not None
+        assert h.metric("nfa_udev_fallback_active") == 1.0
+        ready, why = h.agent.is_ready()
+        assert not ready and why.startswith("HotplugFallback: --udev-mode=udev") and "/run/udev" in why
+    finally:
+        assert h.close()
