@@ -34,7 +34,7 @@ def test_wheel_carries_the_catalogue_and_an_installed_cli_uses_it(tmp_path):
     import sys
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
                     str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True, timeout=240)
     (wheel,) = (tmp_path / "dist").glob("node_feature_agent-*.whl")
     site = tmp_path / "site"
