@@ -84,6 +84,11 @@ class Change:
     new: str | None = None
     note: str = ""
 
+    @property
+    def pending(self) -> str:
+        """The change as still to do (``add extended resource x``), for "still missing" reports."""
+        return f"{self.action} {_KIND_NAMES.get(self.kind, self.kind)} {self.key}"
+
     def __str__(self) -> str:
         what = f"{_KIND_NAMES.get(self.kind, self.kind)} {self.key}"
         if self.kind == "taint":

@@ -24,6 +24,10 @@ class ReconcileOutcome:
     #: the error was 404 on the Node (not registered yet, deleted, or a wrong --node-name): the
     #: run loop retries as soon as its Node watch sees the node appear, not after the backoff
     node_missing: bool = False
+    #: changes still missing after a pass wrote only part of its plan (e.g. the labels went in,
+    #: the status.capacity PATCH failed): () when the Node is whole; kept across passes that
+    #: write nothing, cleared by the first pass that converges
+    partial: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random as _random
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping
 
 from agent.desired import DesiredNodeState, Problem, Taint
@@ -93,6 +94,9 @@ class Reconciler:
         self._reported: set[tuple[str, str, str, str]] = set()
         self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
         self._cached_plan: PlanFunction | None = None
+        self._partial: tuple[str, ...] = ()
+        self._partial_since: float | None = None
+        self._clock = clock
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -100,9 +104,16 @@ class Reconciler:
         """The uid of the Node last seen (for Events about it); "" before the first read."""
         return self._node_uid
 
+    @property
+    def partial(self) -> tuple[str, ...]:
+        """Changes a pass left unwritten after writing others: () while the Node is whole."""
+        return self._partial
+
     def reconcile(self, plan: PlanFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
         """Apply ``plan(foreign_labels)`` to the node; never raises on API errors."""
-        return self._run(plan, live_node, cleaning=False)[0]
+        outcome, live = self._run(plan, live_node, cleaning=False)
+        self._track_partial(outcome, live)
+        return replace(outcome, partial=self._partial) if self._partial else outcome
 
     def clean(self) -> CleanOutcome:
         """Remove everything we own (labels, annotations, resources, taints, the record)."""
@@ -207,6 +218,33 @@ class Reconciler:
             self._announce(live.uid, changes, use_status, cleaning, applied)
         self.backoff.success()
         return self._result(live, writes, applied, problems, None, desired), live
+
+    def _track_partial(self, outcome: ReconcileOutcome, live: LiveNode | None) -> None:
+        """Labels/taints and ``status.capacity`` are two PATCHes (issue 15): when only one went
+        in, the Node carries a label without its resource (or the reverse). Remember what is
+        missing so the agent can say so (metric, readiness) until a pass completes the Node;
+        the retry that completes it is the agent's normal short backoff."""
+        if outcome.ok:
+            if self._partial:
+                log.info("node %s: partial update completed after %.1fs", self.node_name,
+                         self._clock() - (self._partial_since or self._clock()),
+                         extra={"node": self.node_name, "event": "partial-completed"})
+            self._partial, self._partial_since = (), None
+            return
+        if outcome.writes == 0 or live is None or outcome.desired is None:
+            return  # nothing written this time: the Node is as the last pass left it
+        remaining = plan_node_changes(live, outcome.desired, skip=self._skip(outcome.desired),
+                                      ownership=self._ownership(live, outcome.desired, [], announce=False))
+        missing = tuple(c.pending for c in remaining.changes if c.kind != "record") if not remaining.empty else ()
+        if missing and not self._partial:
+            self._partial_since = self._clock()
+        if missing:
+            log.warning("node %s: partially updated (%d write(s) went in, then: %s); still missing: %s; "
+                        "retrying in %.1fs", self.node_name, outcome.writes, outcome.error, "; ".join(missing),
+                        outcome.retry_after or 0.0, extra={"node": self.node_name, "event": "partial"})
+        else:
+            self._partial_since = None
+        self._partial = missing
 
     def _ownership(self, live: LiveNode, desired: DesiredNodeState, problems: list[Problem], *,
                    announce: bool) -> Ownership:

@@ -239,6 +239,9 @@ class Agent:
             return False, "SourceDegraded: " + "; ".join(f"{n}: {why}" for n, why in sorted(degraded.items()))
         if self.hotplug_degraded:
             return False, self.hotplug_degraded
+        partial = self.reconciler.partial
+        if partial:
+            return False, "PartiallyApplied: the Node got only part of a pass's writes; still missing: " + "; ".join(partial)
         if self.ready.is_set():
             return True, "ok"
         return False, "first reconcile of this node has not succeeded yet"
@@ -314,7 +317,6 @@ class Agent:
                 self.queue.put(q.RESYNC, sources=None)
                 self._next_resync = time.monotonic() + self._jittered()
                 continue
-            self._retry_at = None  # this pass starts from the current state; it schedules its own retry
             self._busy_since = time.monotonic()
             try:
                 self._process(batch)
@@ -364,10 +366,14 @@ class Agent:
         rerun = self.discovery.refresh(batch.sources) if (batch.sources is None or batch.sources) else ()
         plan = self._plan_fn()
         deliveries = self._node_deliveries
+        # this pass starts from the current state and schedules its own retry; a batch that ends
+        # above (the echo of our own write, an unchanged rules file) must keep the pending one
+        self._retry_at = None
         outcome = self.reconciler.reconcile(plan, live_node=self._live_node())
         self.passes += 1
         self.last_outcome = outcome
         self._node_missing = outcome.node_missing
+        self.metrics.partially_applied.set(1 if outcome.partial else 0)
         desired = outcome.desired
         if outcome.error:
             result = "error"

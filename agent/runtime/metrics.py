@@ -37,6 +37,10 @@ class AgentMetrics:
         self.source_degraded = Gauge("nfa_source_degraded",
                                      "1 while a discovery source fails as a whole and its previous features are kept",
                                      ["source"], registry=r)
+        self.partially_applied = Gauge(
+            "nfa_node_partially_applied",
+            "1 while the agent's Node carries only part of the last pass's writes (e.g. a label without its extended resource)",
+            registry=r)
         self.rules_reloads = Counter("nfa_rules_reload_total", "Rule catalogue reloads by result", ["result"],
                                      registry=r)
         for result in RECONCILE_RESULTS:

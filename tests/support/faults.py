@@ -29,10 +29,12 @@ class Fault:
     verb: str | None = None
     path: str | None = None
     message: str | None = None
+    exact: bool = False  # ``path`` must equal the request path (``/nodes/x`` but not ``/nodes/x/status``)
 
     def matches(self, method: str, path: str) -> bool:
-        return ((self.verb is None or self.verb.upper() == method.upper())
-                and (self.path is None or self.path in path))
+        if self.path is not None and (path != self.path if self.exact else self.path not in path):
+            return False
+        return self.verb is None or self.verb.upper() == method.upper()
 
 
 class Faults:
@@ -51,10 +53,10 @@ class Faults:
         return fault
 
     def fail(self, status: int, count: int = 1, retry_after: float | None = None, *, verb: str | None = None,
-             path: str | None = None, message: str | None = None) -> Fault:
+             path: str | None = None, message: str | None = None, exact: bool = False) -> Fault:
         """The next ``count`` matching requests get HTTP ``status`` (e.g. 500, 503, 403)."""
         return self._add(Fault("fail", count, status=status, retry_after=retry_after, verb=verb, path=path,
-                               message=message))
+                               message=message, exact=exact))
 
     def throttle(self, retry_after: float = 1, count: int = 1, *, verb: str | None = None,
                  path: str | None = None) -> Fault:
