@@ -104,3 +104,20 @@ def test_failure_before_any_write_is_not_partial(server, ledger, make_harness):
     h.wait_converged(what="plug applied after the fault")
     _wait_whole(h)
     ledger.assert_clean()
+
+
+def test_retry_after_of_a_throttled_second_write_is_honoured(server, ledger, make_harness):
+    """429 on the status PATCH: the retry waits the server's Retry-After (here 4 s, far above
+    the test's 0.2 s backoff cap) instead of hammering a server that asked for quiet; the
+    pass itself has ended (no sleep inside it), and the gap is reported meanwhile."""
+    h = make_harness(retries=1).start()
+    h.unplug()
+    h.wait_converged(what="unplugged")
+    server.faults.throttle(retry_after=4, verb="PATCH", path=f"/nodes/{NODE}/status")
+    h.plug()
+    _wait_partial(h, f"add extended resource {EDGETPU_RESOURCE}")
+    waiting = h.agent.retry_in()
+    assert waiting is not None and waiting > 2.0, waiting
+    h.wait_converged(what="capacity written after Retry-After")
+    _wait_whole(h)
+    ledger.assert_clean()
