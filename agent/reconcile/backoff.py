@@ -4,8 +4,9 @@ client-go's reflector backs off from 800 ms to 30 s and resets only 2 minutes af
 error (kubernetes-api.md section 4) — tuned for thousands of informers re-listing whole
 collections. One agent patching one Node is a different trade: with a fault every ~30 s
 that policy kept the agent blind for most of the time (issue 15). So here: 0.5 s doubling,
-capped at 5 s, full jitter (each delay is ``d + rand*d``, so at most 10 s), reset on the
-first success. A fleet stays spread by the jitter; ``Retry-After`` from a 429/503 replaces
+capped at 5 s, jitter downwards (each delay is ``d - rand*d/2``, in (d/2, d], so never more
+than 5 s: a retry lands at most 5 s after the API is healthy again), reset on the first
+success. A fleet stays spread by the jitter; ``Retry-After`` from a 429/503 replaces
 the computed delay (bounded), so an overloaded server still sets the pace.
 
 Clock, sleep and random are injected so tests run the real policy with tiny sleeps.
@@ -21,7 +22,8 @@ from typing import Callable
 INITIAL_DELAY = 0.5
 MAX_DELAY = 5.0
 FACTOR = 2.0
-JITTER = 1.0
+JITTER = 0.5
+"""Fraction of a delay that is randomised away (spreads a fleet without exceeding the cap)."""
 MAX_RETRY_AFTER = 120.0
 """Upper bound on a server-sent Retry-After we will obey (APF sends at most 32 s)."""
 
@@ -62,7 +64,7 @@ class Backoff:
         self._steps += 1
         if retry_after is not None and retry_after >= 0:
             return min(float(retry_after), MAX_RETRY_AFTER)
-        return base + self._random() * base * self.settings.jitter
+        return base - self._random() * base * self.settings.jitter
 
     def success(self) -> None:
         """Reset at once: the cap is a few seconds, so a flapping server costs at most one

@@ -1,12 +1,16 @@
 """Kubernetes Events on our Node, so ``kubectl describe node`` says what the agent did and why.
 
 One Event per applied write (not per label: a first apply of 40 labels is one readable Event),
-plus Warnings for clashes and rejected items. Events are best effort: a failure to record one
-is logged and never fails or retries the reconcile.
+plus Warnings for clashes and rejected items. Events never fail or hold up the reconcile. A
+Normal Event that cannot be posted is logged and dropped; a Warning (a rejected rules edit, a
+degraded source, a refused item) is kept in a small backlog and posted again after the next
+successful pass (``flush``), since it may be the only trace an operator sees in ``kubectl
+describe node`` of something the agent refused while the API server was flaky (issue 15).
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import logging
 from typing import Any, Callable, Iterable
@@ -19,6 +23,8 @@ COMPONENT = "node-feature-agent"
 EVENT_NAMESPACE = "default"
 """Node events live in ``default`` (as kubelet's); ``kubectl describe node`` searches all namespaces."""
 MAX_MESSAGE = 1024
+MAX_BACKLOG = 16
+"""Warnings kept for a later retry; the oldest goes first when more fail (logged)."""
 
 REASON_LABELS = "NodeFeaturesUpdated"
 REASON_RESOURCES = "ExtendedResourcesUpdated"
@@ -73,17 +79,45 @@ class EventRecorder:
         self.enabled = enabled
         self._now = now
         self.failures = 0
+        self.backlog: collections.deque[dict[str, Any]] = collections.deque()
 
     def record(self, node_uid: str, reason: str, message: str, *, warning: bool = False) -> bool:
         if not self.enabled or not message:
             return False
         body = event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
+        if self._post(body):
+            return True
+        if warning:
+            if len(self.backlog) == MAX_BACKLOG:
+                dropped = self.backlog.popleft()
+                log.warning("Event backlog full: dropped Warning %s on node %s", dropped["reason"], self.node_name,
+                            extra={"node": self.node_name, "event": "event-failed"})
+            self.backlog.append(body)
+        return False
+
+    def flush(self, node_uid: str = "") -> int:
+        """Post the Warnings that failed earlier, oldest first, until one fails again; their
+        timestamps say when they happened. Returns how many were posted."""
+        posted = 0
+        while self.enabled and self.backlog:
+            body = self.backlog[0]
+            if node_uid and not body["involvedObject"]["uid"]:
+                body["involvedObject"]["uid"] = node_uid
+            if not self._post(body):
+                break
+            self.backlog.popleft()
+            posted += 1
+        return posted
+
+    def _post(self, body: dict[str, Any]) -> bool:
         try:
             self.api.create_event(EVENT_NAMESPACE, body)
         except NodeApiError as err:
             self.failures += 1
             level = logging.WARNING if self.failures == 1 else logging.DEBUG
-            log.log(level, "could not record Event %s on node %s (the change itself was applied): %s",
-                    reason, self.node_name, err, extra={"node": self.node_name, "event": "event-failed"})
+            log.log(level, "could not record Event %s on node %s (%s): %s", body["reason"], self.node_name,
+                    "kept to post again after the next successful pass" if body["type"] == "Warning"
+                    else "the change itself was applied", err,
+                    extra={"node": self.node_name, "event": "event-failed"})
             return False
         return True

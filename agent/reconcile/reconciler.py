@@ -217,6 +217,8 @@ class Reconciler:
             changes = node_plan.status_changes if use_status else node_plan.metadata_changes
             self._announce(live.uid, changes, use_status, cleaning, applied)
         self.backoff.success()
+        if self.events.backlog and not cleaning:
+            self.events.flush(live.uid)
         return self._result(live, writes, applied, problems, None, desired), live
 
     def _track_partial(self, outcome: ReconcileOutcome, live: LiveNode | None) -> None:

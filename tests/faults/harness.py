@@ -260,6 +260,26 @@ class Ledger:
                         in keep_resources]
         return out
 
+    def check_new(self) -> tuple[int, list[str]]:
+        """(agent writes, violations) among the versions made since the last call. For runs
+        longer than the store's watch history (the soak bench): call it more often than the
+        history fills (10,000 versions), and it never looks at a version twice."""
+        if not hasattr(self, "_checked_rv"):
+            self._checked_rv, self._previous = self.start_rv, self.initial
+        writes, out = 0, []
+        if self.server.store.trimmed > self._checked_rv:
+            out.append(f"versions {self._checked_rv}..{self.server.store.trimmed} left the history unchecked")
+        for event in [e for e in self.versions() if e.rv > self._checked_rv]:
+            with self._lock:
+                ours = event.rv not in self.test_rvs
+                self.test_rvs.discard(event.rv)
+            if event.type == "MODIFIED" and ours and self._previous is not None:
+                writes += 1
+                out += _write_violations(self._previous, event.object, {}, set())
+            self._previous = event.object if event.type != "DELETED" else None
+            self._checked_rv = event.rv
+        return writes, out
+
     def assert_clean(self, should_stay: Mapping[str, str] = {}, should_stay_resources: Iterable[str] = ()) -> int:
         """Assert no violations; returns how many agent writes were checked."""
         problems = self.violations(should_stay, should_stay_resources)

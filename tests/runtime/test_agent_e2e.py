@@ -323,3 +323,22 @@ def test_udev_mode_without_udevds_socket_falls_back_to_kernel_uevents(tmp_path, 
         assert not ready and why.startswith("HotplugFallback: --udev-mode=udev") and "/run/udev" in why
     finally:
         assert h.close()
+
+
+def test_a_warning_event_that_fails_to_post_is_posted_after_the_next_good_pass(harness):
+    """Issue 15: an invalid rules edit judged while Events are throttled (429) must still reach
+    ``kubectl describe node``: the Warning waits in a backlog and goes out after the next
+    successful pass; a Normal Event failing is only logged."""
+    harness.start()
+    harness.server.faults.throttle(retry_after=1, count=1, verb="POST", path="/events")
+    write_configmap(harness.rules, {**CATALOGUE, "rules/zz-broken.yaml": "kind: NodeFeatureRule\nmetadata: {name: x\n"})
+    wait_for(lambda: harness.metric('nfa_rules_reload_total{result="rejected"}') == 1.0, what="broken edit judged")
+    wait_for(lambda: harness.server.faults.pending() == 0, what="the Event POST throttled")
+    assert not [e for e in harness.server.events() if e["reason"] == "RulesInvalid"]
+    assert len(harness.agent.reconciler.events.backlog) == 1
+    harness.host.unplug()  # any next pass (here a hotplug) flushes the backlog once it succeeds
+    harness.inject("remove")
+    wait_for(lambda: [e for e in harness.server.events() if e["reason"] == "RulesInvalid"], what="RulesInvalid posted")
+    event = next(e for e in harness.server.events() if e["reason"] == "RulesInvalid")
+    assert event["type"] == "Warning" and "zz-broken.yaml" in event["message"]
+    assert not harness.agent.reconciler.events.backlog
