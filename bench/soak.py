@@ -142,10 +142,11 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.host = CoralHost(tmp)
         self.rules = tmp / "rules"
-        write_configmap(self.rules, EDIT_A)
+        self.good_rules = tmp / "last-good-rules"  # what the agent must apply: an invalid edit changes nothing
+        self._write_rules(EDIT_A, valid=True)
         self.sock = str(tmp / "uevents.sock")
         self.stop = threading.Event()
-        self.tracker = Tracker(server, self.host, self.rules)
+        self.tracker = Tracker(server, self.host, self.good_rules)
         self.ledger = Ledger(server)
         self.ledger_writes, self.violations = 0, []
         self.hotplugs = self.invalid_edits = self.valid_edits = 0
@@ -177,11 +178,17 @@ class Soak:
             self.hotplugs += 1
         sender.close()
 
+    def _write_rules(self, files: dict, valid: bool) -> None:
+        write_configmap(self.rules, files)
+        if valid:
+            write_configmap(self.good_rules, files)
+        self.last_edit_valid = valid
+
     def _rules_edits(self) -> None:
         for files, valid in itertools.cycle(EDITS):
             if self.stop.wait(self.args.rules_every):
                 return
-            write_configmap(self.rules, files)
+            self._write_rules(files, valid)
             if valid:
                 self.valid_edits += 1
                 self.tracker.changed()
@@ -189,7 +196,8 @@ class Soak:
                 self.invalid_edits += 1
 
     def _faults(self) -> None:
-        for name, inject in itertools.cycle(FAULTS):
+        chosen = [f for f in FAULTS if not self.args.only_faults or any(o in f[0] for o in self.args.only_faults)]
+        for name, inject in itertools.cycle(chosen):
             if self.stop.wait(self.args.fault_every * self.rng.uniform(0.8, 1.2)):
                 return
             began = time.monotonic()
@@ -263,6 +271,9 @@ class Soak:
         for t in threads:
             t.join(timeout=30)
         self.server.faults.clear()
+        if not self.last_edit_valid:  # end on rules plan can read as the agent does (plan has no "last good")
+            self._write_rules(EDIT_A, valid=True)
+            self.valid_edits += 1
         self.tracker.changed()
         settle = time.monotonic() + 30
         while self.tracker.behind_since is not None and time.monotonic() < settle:
@@ -316,6 +327,8 @@ class Soak:
             "faults": len(self.faults),
             "blind_longest_s": round(blind[0][1], 2) if blind else 0.0,
             "blind_top": [round(b[1], 2) for b in blind[:5]],
+            "blind_top_during": [sorted({f["fault"] for f in self.faults if f["began"] < start + length
+                                         and f["ended"] + 5 > start}) for start, length in blind[:5]],
             "blind_longest_beyond_outage_s": round(beyond_outage[0], 2) if beyond_outage else 0.0,
             "blind_p50_s": round(statistics.median(b[1] for b in blind), 3) if blind else 0.0,
             "convergence_after_fault_s": {
@@ -369,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between RSS/FD/thread samples")
     parser.add_argument("--warmup", type=float, default=300.0, help="seconds excluded from the RSS slope")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only-faults", action="append", default=[], metavar="TEXT",
+                        help="only the faults whose name contains TEXT (repeatable), to study one")
     parser.add_argument("--check", action="store_true", help="exit 1 on a correctness failure (for CI)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON only")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (agent log) for a post-mortem")
@@ -400,6 +415,7 @@ def _print(r: dict) -> None:
           f"({r['rules_edits']['RulesInvalid_events']} RulesInvalid Events)")
     print(f"  longest blind period {r['blind_longest_s']} s (target <= 10; top {r['blind_top']}; p50 {r['blind_p50_s']} s); "
           f"not counting time the API server was down entirely: {r['blind_longest_beyond_outage_s']} s")
+    print(f"    faults during (or < 5 s before) the longest ones: {r['blind_top_during']}")
     print(f"  convergence after a fault ends: max {c['max']} s (target <= 5), never {c['never']}")
     for name, worst in c["per_fault_max"].items():
         print(f"    {name:28s} {worst}")
