@@ -40,7 +40,7 @@ RUN apt-get update \
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels /wheels/node_feature_agent-*.whl
 COPY labels/ /etc/node-feature-agent/labels/
-USER 65534:65534
+USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["node-feature-agent"]
 CMD ["run"]

@@ -100,7 +100,9 @@ def test_multi_stage_builder_makes_wheels_runtime_is_slim(dockerfile):
 def test_runtime_never_runs_as_root(runtime):
     users = [a for i, a in runtime if i == "USER"]
     assert users, "runtime stage has no USER"
-    assert users[-1].split(":")[0] == "65534"
+    (ds,) = [d for d in yaml.safe_load_all((REPO / "daemonset.yaml").read_text()) if d and d["kind"] == "DaemonSet"]
+    uid = ds["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    assert users[-1] == f"{uid}:{uid}" and uid != 65534  # the image's user is the manifest's, and its own
     assert all(u.split(":")[0] not in ("root", "0") for u in users)
     kinds = [i for i, _ in runtime]
     last_user = len(kinds) - 1 - kinds[::-1].index("USER")

@@ -30,8 +30,14 @@ MANIFESTS = [DAEMONSET, *sorted(DEPLOY.glob("*.yaml"))]
 SCHEMA_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 FIXTURE_CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
 FORBIDDEN_VERBS = {"update", "delete", "deletecollection", "escalate", "bind", "impersonate", "*"}
-#: the one host mount not under --host-root: libudev reads /run/udev in its own mount namespace
+#: the one host mount not under --host-root (udev mode only): libudev reads /run/udev in its own mount namespace
 UDEV_MOUNT = "/run/udev"
+#: the only host /proc files discovery reads (test_every_host_file_discovery_reads_is_mounted proves it)
+PROC_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/swaps", "/proc/modules", "/proc/sys/kernel/osrelease")
+#: optional host files discovery tries but the DaemonSet cannot mount (a hostPath of a missing
+#: /proc file fails the pod): /proc/config.gz exists only with CONFIG_IKCONFIG_PROC; the kernel
+#: source then uses /boot/config-<release> (mounted); /proc/device-tree is a link into /sys
+UNMOUNTABLE = ("/proc/config.gz", "/proc/device-tree")
 
 
 def load(path: Path) -> list[dict]:
@@ -139,10 +145,19 @@ def host_mounts() -> dict[str, str]:
 
 def test_every_hostpath_is_read_only_and_under_the_host_root():
     mounts = host_mounts()
-    assert set(mounts) >= {"/sys", "/proc", "/etc/os-release", "/boot", "/lib/modules", "/run/udev"}
+    assert set(mounts) >= {"/sys", "/etc/os-release", "/boot", "/lib/modules", *PROC_FILES}
+    assert "/proc" not in mounts, "the host's whole /proc shows every host process: mount only the files read"
+    assert UDEV_MOUNT not in mounts, "the default is --udev-mode=kernel: /run/udev only in udev mode"
     for name, volume in VOLUMES.items():
         if "hostPath" in volume:
             assert MOUNTS[name].get("readOnly") is True, f"{name} is writable"
+            kind = volume["hostPath"].get("type", "")
+            path = volume["hostPath"]["path"]
+            assert kind == ("File" if path.startswith("/proc/") or path == "/etc/os-release" else
+                            "" if path in ("/boot", "/lib/modules") else
+                            "DirectoryOrCreate" if path.endswith("features.d") else "Directory"), (path, kind)
+            if kind != "File":  # directories: sub-mounts read-only too where the runtime can
+                assert MOUNTS[name].get("recursiveReadOnly") == "IfPossible", name
     for host_path, mount_path in mounts.items():
         assert host_path not in ("/", "/dev", "/var/run", "/run", "/var/run/docker.sock", "/run/containerd")
         if host_path == UDEV_MOUNT:
@@ -262,19 +277,24 @@ def test_every_host_file_discovery_reads_is_mounted(case):
 
     mounted = [h for h in host_mounts() if h != UDEV_MOUNT]
     plain = HostFS(root)
-    present = {p for p in read if plain.exists(p) and p != LIVE_FACTS_PATH and p != "/"}
+    present = {p for p in read if plain.exists(p) and p != LIVE_FACTS_PATH and p != "/"
+               and not any(p == u or p.startswith(u + "/") for u in UNMOUNTABLE)}
     unmounted = sorted(p for p in present if not any(p == m or p.startswith(m.rstrip("/") + "/") for m in mounted)
                        and not any(m.startswith(p.rstrip("/") + "/") for m in mounted))
     assert not unmounted, f"{case}: discovery reads host paths the DaemonSet does not mount: {unmounted[:10]}"
 
 
 # -- security -------------------------------------------------------------------------------------
+AGENT_UID = 10001  # its own, not 65534 "nobody" (shared by every image that uses it)
+
+
 def test_pod_and_container_security():
     pod = POD["securityContext"]
-    assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 65534
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] == pod["runAsGroup"] == AGENT_UID
     assert pod["seccompProfile"]["type"] == "RuntimeDefault"
     ctx = CONTAINER["securityContext"]
-    assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == 65534
+    assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == ctx["runAsGroup"] == AGENT_UID
+    assert f"USER {AGENT_UID}:{AGENT_UID}" in (REPO / "Dockerfile").read_text()
     assert ctx["readOnlyRootFilesystem"] is True
     assert ctx["allowPrivilegeEscalation"] is False
     assert ctx["privileged"] is False
@@ -316,9 +336,16 @@ def test_rbac_is_minimal():
     assert granted == {
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch"),
         ("", "nodes/status", "patch"),
-        ("", "events", "create"), ("", "events", "patch"),
-        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
     }
+    # Events: create only, core/v1 only, only in the namespace the code posts Node events to
+    from agent.reconcile.events import EVENT_NAMESPACE
+
+    (events,) = objects("Role")
+    assert events["metadata"]["namespace"] == EVENT_NAMESPACE
+    assert events["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    (binding,) = objects("RoleBinding")
+    assert binding["metadata"]["namespace"] == EVENT_NAMESPACE
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": events["metadata"]["name"]}
 
 
 def test_bindings_point_at_the_agent_service_account():
@@ -326,7 +353,7 @@ def test_bindings_point_at_the_agent_service_account():
     assert POD["serviceAccountName"] == sa["metadata"]["name"]
     roles = {r["metadata"]["name"] for r in all_cluster_roles()}
     for path in MANIFESTS:
-        for binding in (d for d in load(path) if d["kind"] == "ClusterRoleBinding"):
+        for binding in (d for d in load(path) if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
             assert binding["roleRef"]["name"] in roles
             assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}]
 
@@ -334,15 +361,17 @@ def test_bindings_point_at_the_agent_service_account():
 def test_pod_guard_rbac_is_separate_and_read_mostly():
     (role,) = objects("ClusterRole", DEPLOY / "pod-guard-rbac.yaml")
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods/eviction", "create")}
+    # exactly what agent/runtime/pod_guard.py calls: one field-selected list, evictions, Events on pods
+    assert granted == {("pods", "list"), ("pods/eviction", "create"), ("events", "create")}
     (main_role,) = objects("ClusterRole")
     assert not any("pods" in r for rule in main_role["rules"] for r in rule["resources"])
 
 
-def test_admission_policy_restricts_the_agent_to_its_own_node():
-    path = DEPLOY / "validating-admission-policy.yaml"
-    (policy,) = objects("ValidatingAdmissionPolicy", path)
-    (binding,) = objects("ValidatingAdmissionPolicyBinding", path)
+def test_admission_policy_is_shipped_on_by_default():
+    """What it admits is tested with cel-python in tests/test_admission_policy.py."""
+    (policy,) = objects("ValidatingAdmissionPolicy")
+    (binding,) = objects("ValidatingAdmissionPolicyBinding")
+    assert VALUES["admissionPolicy"]["enabled"] is True
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     (rule,) = spec["matchConstraints"]["resourceRules"]
@@ -466,9 +495,13 @@ def test_chart_daemonset_matches_the_plain_manifest():
         assert flag_name in text, flag_name
     for host_path, mount_path in host_mounts().items():
         assert f"path: {host_path}\n" in text and f"mountPath: {mount_path}\n" in text
-    assert text.count("readOnly: true") == len(host_mounts()) + 1  # + the extra-rules ConfigMap
+    # + the extra-rules ConfigMap and /run/udev (rendered in udev mode only)
+    assert text.count("readOnly: true") == len(host_mounts()) + 2
+    assert text.count("recursiveReadOnly: IfPossible") == sum(m.get("recursiveReadOnly") == "IfPossible" for m in MOUNTS.values())
+    udev_block = text[text.index('{{- if eq $mode "udev" }}'):]
+    assert "mountPath: /run/udev" in udev_block.split("{{- end }}")[0]
     for line in ("readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false", "privileged: false",
-                 'drop: ["ALL"]', "runAsUser: 65534", "runAsNonRoot: true", "type: RuntimeDefault",
+                 'drop: ["ALL"]', f"runAsUser: {AGENT_UID}", "runAsNonRoot: true", "type: RuntimeDefault",
                  "path: /healthz", "path: /readyz", "automountServiceAccountToken: true", "fieldPath: spec.nodeName"):
         assert line in text, line
     assert 'hostNetwork: {{ eq $mode "udev" }}' in text
@@ -493,4 +526,4 @@ def test_chart_rbac_matches_the_plain_manifest():
 
 
 def test_chart_helm_render_is_skipped_for_a_stated_reason():
-    pytest.skip("no helm binary here and none on PyPI: the chart is checked statically above, not rendered")
+    pytest.skip("no helm binary here and helm-sdkpy is not on this machine's package index: the chart is checked statically above, not rendered")

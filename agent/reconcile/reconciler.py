@@ -380,7 +380,8 @@ class Reconciler:
         """Turn an API error into an outcome, with a clear log line and a backoff delay."""
         if isinstance(err, Forbidden):
             text = (f"forbidden: the agent's ServiceAccount may not do this ({err.message}); check the ClusterRole "
-                    "(nodes: get/list/watch/patch, nodes/status: patch, events: create)")
+                    "(nodes: get/list/watch/patch, nodes/status: patch, events: create in default) and, for a 403 "
+                    "naming node-feature-agent-own-node, the admission policy (deploy/README.md)")
         elif isinstance(err, NodeNotFound):
             text = f"node {self.node_name} not found (deleted, not registered yet, or a wrong --node-name); waiting"
         elif isinstance(err, Transient):
