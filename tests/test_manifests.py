@@ -495,8 +495,9 @@ def test_chart_daemonset_matches_the_plain_manifest():
         assert flag_name in text, flag_name
     for host_path, mount_path in host_mounts().items():
         assert f"path: {host_path}\n" in text and f"mountPath: {mount_path}\n" in text
-    # + the extra-rules ConfigMap and /run/udev (rendered in udev mode only)
-    assert text.count("readOnly: true") == len(host_mounts()) + 2
+    # + the extra-rules ConfigMap, /run/udev (udev mode only), /proc/config.gz (hostProcConfigGz only)
+    assert text.count("readOnly: true") == len(host_mounts()) + 3
+    assert VALUES["hostProcConfigGz"] is False and "host-proc-config-gz" in DAEMONSET.read_text()
     assert text.count("recursiveReadOnly: IfPossible") == sum(m.get("recursiveReadOnly") == "IfPossible" for m in MOUNTS.values())
     udev_block = text[text.index('{{- if eq $mode "udev" }}'):]
     assert "mountPath: /run/udev" in udev_block.split("{{- end }}")[0]
