@@ -5,9 +5,12 @@
 # architecture-specific binary; pip picks the right wheels inside each platform's build.
 #   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/node-feature-agent:0.1.0 --push .
 ARG PYTHON_VERSION=3.12
+# Where no registry is reachable, deploy/smoke-image.sh passes a base made locally from Debian
+# packages (--build-arg BASE_IMAGE=...); real builds keep the official slim image.
+ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim
 
 # ---- builder: the agent and all its dependencies as wheels --------------------------------
-FROM python:${PYTHON_VERSION}-slim AS builder
+FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -21,7 +24,7 @@ COPY labels/ ./labels/
 RUN pip wheel --prefer-binary --wheel-dir /wheels .
 
 # ---- runtime: only the interpreter, libudev (for pyudev) and the wheels -------------------
-FROM python:${PYTHON_VERSION}-slim AS runtime
+FROM ${BASE_IMAGE} AS runtime
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="node-feature-agent" \
       org.opencontainers.image.description="Per-node hardware discovery and generalized labels, extended resources and taints for Kubernetes" \

@@ -1,0 +1,110 @@
+"""Translate the DaemonSet in daemonset.yaml into ``docker run`` flags, for deploy/smoke-image.sh.
+
+The smoke test must run the image *as the manifest says* (its UID, read-only root, dropped
+capabilities, no-new-privileges, exactly its mounts and arguments), not as someone remembers
+it, so every flag here is read from the manifest. What Docker cannot express is refused or
+listed in ``notes`` (and printed by the smoke run), never silently dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+
+class ManifestError(ValueError):
+    """The manifest asks for something the smoke run must not paper over."""
+
+
+@dataclass(frozen=True)
+class DockerRun:
+    flags: tuple[str, ...]  # everything between ``docker run`` and the image
+    args: tuple[str, ...]  # the container's args (the DaemonSet's ``args``)
+    user: str
+    notes: tuple[str, ...] = field(default=())
+
+
+def daemonset(manifest_text: str) -> dict[str, Any]:
+    (ds,) = [d for d in yaml.safe_load_all(manifest_text) if d and d.get("kind") == "DaemonSet"]
+    return ds
+
+
+def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_root: str = "/",
+               pod_name: str = "smoke", namespace: str = "node-feature-agent",
+               drop_missing_files: bool = False) -> DockerRun:
+    """``docker run`` flags equivalent to the DaemonSet's pod on this host (``host_root`` is
+    where the host's ``/`` is seen; ``catalogue_dir`` stands in for the catalogue ConfigMap).
+    A ``type: File``/``Directory`` hostPath missing here is a ``ManifestError`` (kubelet would
+    not start the pod), unless ``drop_missing_files``: then it is left out, with a note, as an
+    operator would remove that mount for such nodes."""
+    pod = daemonset(manifest_text)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    pod_ctx, ctx = pod.get("securityContext") or {}, container.get("securityContext") or {}
+    merged = {**pod_ctx, **ctx}
+    if merged.get("privileged"):
+        raise ManifestError("the container is privileged: the hardening the smoke test proves is not there")
+    if "runAsUser" not in merged:
+        raise ManifestError("no runAsUser: the image's USER would decide, not the manifest")
+    user = f"{merged['runAsUser']}:{merged.get('runAsGroup', merged['runAsUser'])}"
+    flags: list[str] = ["--user", user]
+    notes: list[str] = []
+    if merged.get("readOnlyRootFilesystem"):
+        flags.append("--read-only")
+    caps = merged.get("capabilities") or {}
+    for cap in caps.get("drop") or []:
+        flags += ["--cap-drop", cap]
+    for cap in caps.get("add") or []:
+        flags += ["--cap-add", cap]
+    if merged.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
+    seccomp = (merged.get("seccompProfile") or {}).get("type", "RuntimeDefault")
+    if seccomp == "Unconfined":
+        flags += ["--security-opt", "seccomp=unconfined"]
+    elif seccomp != "RuntimeDefault":
+        raise ManifestError(f"seccomp profile {seccomp!r} has no docker equivalent here")
+    # Docker's default profile is the runtime default, as containerd's is for RuntimeDefault.
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes[mount["name"]]
+        target = mount["mountPath"]
+        if "hostPath" in volume:
+            if not mount.get("readOnly"):
+                raise ManifestError(f"hostPath {volume['hostPath']['path']} is mounted writable")
+            source = os.path.join(host_root, volume["hostPath"]["path"].lstrip("/"))
+            kind = volume["hostPath"].get("type", "")
+            if kind == "File" and not os.path.isfile(source):
+                if not drop_missing_files:
+                    raise ManifestError(f"{source} is not a file: kubelet would refuse to start the pod")
+                notes.append(f"{source} is missing on this host: kubelet would refuse the pod; mount left out")
+                continue
+            if kind == "Directory" and not os.path.isdir(source):
+                raise ManifestError(f"{source} is not a directory: kubelet would refuse to start the pod")
+            if not os.path.exists(source):  # untyped / DirectoryOrCreate: kubelet makes a directory
+                notes.append(f"{source} does not exist here; mounted as an empty directory, as kubelet would")
+                source = None
+            if mount.get("recursiveReadOnly") == "IfPossible":
+                notes.append(f"{target}: recursiveReadOnly IfPossible is not available in this docker; plain read-only bind")
+            flags += ["--mount", f"type=bind,source={source},target={target},readonly"] if source else \
+                ["--mount", f"type=tmpfs,target={target},tmpfs-size=1m"]
+        elif "emptyDir" in volume:
+            size = volume["emptyDir"].get("sizeLimit", "16Mi").replace("Mi", "m")
+            flags += ["--tmpfs", f"{target}:size={size}"]
+        elif "configMap" in volume:
+            flags += ["--mount", f"type=bind,source={catalogue_dir},target={target},readonly"]
+        else:
+            raise ManifestError(f"volume {mount['name']}: no docker equivalent in the smoke run")
+    env = {"spec.nodeName": node_name, "metadata.name": pod_name, "metadata.namespace": namespace}
+    for var in container.get("env") or []:
+        if "value" in var:
+            flags += ["-e", f"{var['name']}={var['value']}"]
+        else:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            flags += ["-e", f"{var['name']}={env[path]}"]
+    if not pod.get("hostNetwork"):
+        notes.append("the pod has its own network namespace; the smoke run uses the host's, so the container "
+                     "reaches the test API server on 127.0.0.1 (dockerd runs here without a bridge)")
+    flags += ["--network", "host"]
+    return DockerRun(flags=tuple(flags), args=tuple(container.get("args") or ()), user=user, notes=tuple(notes))
