@@ -3,8 +3,8 @@
 Discovers, plans and reconciles once at start, then again whenever a device event (debounced),
 a rule file edit, a change to this Node (someone removed our label, a dependency label
 appeared) or the jittered resync asks for it. Serves /metrics, /healthz and /readyz on
-``--metrics-port``. SIGTERM/SIGINT: stop taking triggers, let an in-flight write finish (or
-abandon it), stop every thread, exit 0 within a few seconds; labels stay (``clean`` removes).
+``--metrics-port``. SIGTERM/SIGINT: stop taking triggers, give an in-flight write what is left of 0.8 s (then
+abandon it), stop every thread, exit 0 within a second; labels stay (``clean`` removes).
 
 ``--udev-mode inject:<socket>`` is a test/debug interface: the agent binds a unix datagram
 socket there and takes kernel-format uevents from it exactly as from the netlink monitor.
@@ -128,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
             log.info("serving /metrics, /healthz, /readyz on port %d", agent.http.port,
                      extra={"node": settings.node_name, "event": "listening"})
         stop.wait()
-        agent.stop(timeout=4.0)
+        # within 1 s in every phase (issue 10): an in-flight write gets what is left of it, then
+        # is abandoned; writes are idempotent and the next start reconciles from the Node
+        agent.stop(timeout=0.8)
         return 0
     finally:
         for sig, handler in previous.items():
