@@ -52,6 +52,7 @@ from agent.runtime.pod_guard import PodGuard
 from agent.runtime.recording_api import RecordingNodeApi
 from agent.runtime.rules_state import RulesState
 from agent.runtime.rules_watch import RulesWatcher
+from agent.runtime.silent_monitor import SilentMonitorCheck
 from agent.runtime.subsystems import sources_for
 from agent.runtime.uevent import UEvent
 from agent.sources import SOURCE_NAMES
@@ -138,6 +139,7 @@ class Agent:
         self._rules_generation = self.rules.generation
         self._node_missing = False
         self._node_deliveries = 0
+        self._silent = SilentMonitorCheck()
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> "Agent":
@@ -190,6 +192,16 @@ class Agent:
         self.metrics.udev_fallback.set(1)
         self.hotplug_degraded = f"HotplugFallback: --udev-mode={mode} unusable ({err}); using {instead}"
         return source
+
+    def _events_silent(self, sources: list[str]) -> None:
+        """The monitor opened but delivers nothing (``silent_monitor``): poll as well, and say so."""
+        why = (f"a resync found {'/'.join(s.upper() for s in sources)} devices changed that no device event "
+               f"announced (--udev-mode={self.settings.udev_mode} delivers nothing in this pod)")
+        log.warning("%s; polling every %.0fs as well", why, self.settings.poll_interval,
+                    extra={"node": self.settings.node_name, "event": "udev-fallback"})
+        self.metrics.udev_fallback.set(1)
+        self.hotplug_degraded = f"HotplugSilent: {why}; polling every {self.settings.poll_interval:.0f}s as well"
+        self.poller = Poller(HostFS(self.settings.host_root), self._hotplug, self.settings.poll_interval).start()
 
     def _monitored(self) -> list[str]:
         from agent.runtime.subsystems import SUBSYSTEM_SOURCES
@@ -260,6 +272,7 @@ class Agent:
         sources = sources_for(event.subsystem, self.settings.sources)
         log.debug("device event %s %s %s", event.action, event.subsystem, event.devpath,
                   extra={"node": self.settings.node_name, "event": "hotplug"})
+        self._silent.event(sources)
         if sources:
             self.queue.put(q.HOTPLUG, sources=sources)
 
@@ -363,7 +376,13 @@ class Agent:
         self._rules_generation = self.rules.generation
         if kinds == {q.RULES} and not rules_changed:
             return
+        mark, before = self._silent.mark(), (self.discovery.current.results if self.discovery.current else None)
         rerun = self.discovery.refresh(batch.sources) if (batch.sources is None or batch.sources) else ()
+        if self.monitor is not None and rerun:
+            silent = self._silent.judge(mark, q.RESYNC in kinds and q.HOTPLUG not in kinds, rerun, before,
+                                        self.discovery.current.results)
+            if silent and self.poller is None:
+                self._events_silent(silent)
         plan = self._plan_fn()
         deliveries = self._node_deliveries
         # this pass starts from the current state and schedules its own retry; a batch that ends
