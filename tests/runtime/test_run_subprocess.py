@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -81,8 +82,14 @@ def test_agent_process_hotplug_metrics_and_sigterm(tmp_path, server):
         wait_for(lambda: has_edgetpu(server.node(NODE)) == (True, True), timeout=60, what="startup labels")
         wait_for(lambda: not server.node(NODE)["spec"].get("taints"), what="startup taint removed")
         port = wait_for(agent.port, what="metrics port in the log")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
-            assert r.status == 200
+        def ready():  # the labels land before the pass that wrote them returns and sets ready
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
+                    return r.status == 200
+            except urllib.error.HTTPError:
+                return False
+
+        wait_for(ready, what="/readyz 200")
         wait_for(lambda: os.path.exists(agent.socket_path), what="inject socket")
         agent.host.unplug()
         agent.inject("remove")
