@@ -18,7 +18,7 @@ COPY agent/ ./agent/
 # agent/labels links to ../labels: the wheel carries the catalogue (agent.config.packaged_catalogue)
 COPY labels/ ./labels/
 # What `run` needs at runtime: kubernetes, pyudev (+ libudev1 below), watchfiles, PyYAML,
-# prometheus-client, psutil, py-cpuinfo, jsonpatch. Every compiled one (watchfiles, PyYAML,
+# prometheus-client, psutil, py-cpuinfo, jsonpatch, google-re2. Every compiled one (watchfiles, PyYAML, google-re2,
 # psutil, and kubernetes' aiohttp/pydantic-core/...) publishes manylinux wheels for x86_64
 # and aarch64; --prefer-binary keeps the compiler-free slim builder on them.
 RUN pip wheel --prefer-binary --wheel-dir /wheels .

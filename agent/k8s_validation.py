@@ -36,7 +36,7 @@ def qualified_name_errors(key: str) -> list[str]:
         else:
             if len(prefix) > PREFIX_MAX:
                 errors.append(f"prefix part must be no more than {PREFIX_MAX} characters")
-            if not _DNS1123_SUBDOMAIN_RE.match(prefix):
+            if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
                 errors.append("prefix part must be a lowercase RFC 1123 subdomain")
     else:
         name = parts[0]
@@ -45,7 +45,7 @@ def qualified_name_errors(key: str) -> list[str]:
     else:
         if len(name) > NAME_MAX:
             errors.append(f"name part must be no more than {NAME_MAX} characters")
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.fullmatch(name):
             errors.append(
                 "name part must consist of alphanumeric characters, '-', '_' or '.', "
                 "and must start and end with an alphanumeric character"
@@ -60,7 +60,7 @@ def label_value_errors(value: str) -> list[str]:
     errors: list[str] = []
     if len(value) > NAME_MAX:
         errors.append(f"must be no more than {NAME_MAX} characters")
-    if not _VALUE_RE.match(value):
+    if not _VALUE_RE.fullmatch(value):
         errors.append(
             "a valid label must be an empty string or consist of alphanumeric characters, "
             "'-', '_' or '.', and must start and end with an alphanumeric character"
@@ -88,7 +88,7 @@ def extended_resource_name_errors(name: str) -> list[str]:
 
 def extended_resource_quantity_errors(quantity: str) -> list[str]:
     """Extended resources must be non-negative whole numbers."""
-    if not isinstance(quantity, str) or not _QUANTITY_INT_RE.match(quantity.strip()):
+    if not isinstance(quantity, str) or not _QUANTITY_INT_RE.fullmatch(quantity.strip()):
         return ["extended resources must be a non-negative integer"]
     return []
 

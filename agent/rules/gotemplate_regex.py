@@ -1,99 +1,223 @@
-"""Go RE2 regular expressions for the Sprig regex functions.
+"""Go regular expressions (``InRegexp`` in rules, the Sprig ``regex*`` functions in templates).
 
-Go's regexp is RE2: no backreferences or lookaround, `$` means end of text, `\\z` is end of
-text, POSIX classes like `[[:alpha:]]`, and "all matches" skips an empty match that touches
-the previous match. This module translates the pattern to the syntax Python's regex parser
-reads, refuses what RE2 refuses, and implements Go's match iteration and `$1`/`${name}`
-expansion. Matching itself runs on the linear-time Pike VM in gotemplate_pikevm, never on
-Python's backtracking engine, so a hostile pattern cannot hang rule evaluation.
+Go's regexp *is* RE2, so matching runs on Google's RE2 (``google-re2``): linear time, so a
+hostile pattern in a user's rule cannot hang the agent, and RE2's syntax is Go's. This module
+is only the thin Go-API layer on top: the few places Go's parser differs from RE2's (Go
+rejects ``\\C``; RE2 accepts it), Go's error texts, Go's "all matches" iteration (an empty
+match right after the previous match is skipped), ``$1``/``${name}`` expansion and ``Split``.
+tests/rules/test_go_regexp_corpus.py checks all of it against real Go's output.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from functools import lru_cache
 
+import re2
+
 from agent.rules.gotemplate_fmt import FunctionError, WorkMeter
-from agent.rules.gotemplate_pikevm import LinearRegex, Match
 
 MAX_PATTERN_CHARS = 1024
-_POSIX_CLASSES = {
-    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
-    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z",
-    "print": " -~", "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ", "upper": "A-Z",
-    "word": "0-9A-Za-z_", "xdigit": "0-9A-Fa-f",
-}
-_UNSUPPORTED_GROUPS = ("(?=", "(?!", "(?<=", "(?<!", "(?#", "(?(", "(?>", "(?P=")
+DEFAULT_WORK = 1_000_000
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # RE2 would print every bad pattern of a user's rule to stderr
+_OPTIONS.max_mem = 8 << 20
 
-@lru_cache(maxsize=256)
-def compile_go(pattern: str) -> LinearRegex:
-    """Compile a Go regexp, or raise FunctionError with Go's complaint."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise FunctionError(f"regexp longer than {MAX_PATTERN_CHARS} characters")
-    return LinearRegex(_translate(pattern), pattern)
+# RE2's error text -> Go's regexp/syntax ErrorCode text (same meaning, different words)
+_GO_ERRORS = (
+    ("missing ]", "missing closing ]"),
+    ("missing )", "missing closing )"),
+    ("unexpected )", "unexpected )"),
+    ("trailing \\", "trailing backslash at end of expression"),
+    ("no argument for repetition operator", "missing argument to repetition operator"),
+    ("invalid repetition size", "invalid repeat count"),
+    ("bad repetition operator", "invalid nested repetition operator"),
+    ("invalid perl operator", "invalid or unsupported Perl syntax"),
+    ("invalid named capture group", "invalid named capture"),
+    ("invalid escape sequence", "invalid escape sequence"),
+    ("invalid character class range", "invalid character class range"),
+    ("invalid character class", "invalid character class"),
+    ("invalid UTF-8", "invalid UTF-8"),
+    ("duplicate capture group name", "duplicate capture group name"),
+    ("pattern too large", "expression too large"),
+)
 
 
-def _translate(pattern: str) -> str:
-    multiline = re.match(r"\(\?[a-zA-Z]*m", pattern) is not None
-    out: list[str] = []
-    index, in_class = 0, False
+class Match:
+    """One match, in character offsets (``start``, ``end``, ``span``, ``group``), as Go reports
+    it in runes."""
+
+    __slots__ = ("string", "spans", "regex")
+
+    def __init__(self, string: str, spans: tuple[int, ...], regex: "GoRegexp") -> None:
+        self.string, self.spans, self.regex = string, spans, regex
+
+    def span(self, number: int = 0) -> tuple[int, int]:
+        return self.spans[2 * number], self.spans[2 * number + 1]
+
+    def start(self) -> int:
+        return self.spans[0]
+
+    def end(self) -> int:
+        return self.spans[1]
+
+    def group(self, which: int | str = 0) -> str | None:
+        number = self.regex.groupindex[which] if isinstance(which, str) else which
+        start, end = self.span(number)
+        return None if start < 0 else self.string[start:end]
+
+
+class _Subject:
+    """A string as RE2 sees it (UTF-8 bytes) with the byte offset of every character."""
+
+    __slots__ = ("text", "data", "offsets")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.data = text.encode("utf-8", "surrogatepass")
+        self.offsets = list(itertools.accumulate((len(c.encode("utf-8", "surrogatepass")) for c in text), initial=0))
+
+    def char(self, byte_offset: int) -> int:
+        return -1 if byte_offset < 0 else bisect.bisect_left(self.offsets, byte_offset)
+
+
+class GoRegexp:
+    """A compiled Go regexp: ``search``, ``groups``, ``groupindex``, ``names``, ``pattern``."""
+
+    def __init__(self, compiled, pattern: str) -> None:
+        self._re = compiled
+        self.pattern = pattern
+        self.groups = compiled.groups
+        self.names = _capture_names(pattern, self.groups) or _names_from(compiled)
+        self.groupindex: dict[str, int] = {}
+        for index, name in enumerate(self.names):
+            if name:
+                self.groupindex.setdefault(name, index)  # Go's SubexpIndex: the first of that name
+
+    def search(self, text: "str | _Subject", pos: int = 0, meter: WorkMeter | None = None) -> Match | None:
+        """The leftmost-first match at or after character ``pos`` (``^``/``\\b`` see the whole
+        text, as in Go). RE2 works on bytes and may put an empty ``\\B`` match inside a
+        multi-byte character, where Go (which works on runes) never looks: such a match is
+        skipped. ``meter`` is charged what an automaton simulation may cost, text length times
+        program size (RE2's DFA is usually far cheaper), so a render's regex work stays bounded."""
+        subject = text if isinstance(text, _Subject) else _Subject(text)
+        (meter or WorkMeter(DEFAULT_WORK)).charge((len(subject.text) - pos + 1) * self._re.programsize)
+        at = subject.offsets[min(pos, len(subject.text))]
+        while True:
+            found = self._re.search(subject.data, at)
+            if found is None:
+                return None
+            start = found.start()
+            if start < len(subject.data) and 0x80 <= subject.data[start] < 0xC0:
+                at = subject.offsets[bisect.bisect_right(subject.offsets, start)]
+                continue
+            spans = tuple(subject.char(b) for index in range(self.groups + 1) for b in found.span(index))
+            return Match(subject.text, spans, self)
+
+
+def _names_from(compiled) -> list[str]:
+    names = [""] * (compiled.groups + 1)
+    for name, index in compiled.groupindex.items():
+        names[index] = name
+    return names
+
+
+def _capture_names(pattern: str, groups: int) -> list[str] | None:
+    """Go's SubexpNames, in order, duplicates included (RE2 reports only the first of a
+    duplicated name, Go allows them). None if the scan disagrees with RE2's group count."""
+    names, index, in_class = [""], 0, False
     while index < len(pattern):
         char = pattern[index]
         if char == "\\":
-            escape = pattern[index + 1 : index + 2]
-            if escape.isdigit() and escape != "0":
-                raise FunctionError(f"error parsing regexp: invalid escape sequence: `\\{escape}`")
-            if escape in ("p", "P", "C", "Z", "X", "G"):
-                raise FunctionError(f"error parsing regexp: unsupported escape: `\\{escape}`")
-            if escape == "Q":
+            if pattern.startswith("Q", index + 1):
                 end = pattern.find("\\E", index + 2)
-                literal = pattern[index + 2 :] if end < 0 else pattern[index + 2 : end]
-                out.append(re.escape(literal))
                 index = len(pattern) if end < 0 else end + 2
-                continue
-            out.append("\\Z" if escape == "z" else pattern[index : index + 2])
-            index += 2
+            else:
+                index += 2
             continue
         if in_class:
-            posix = re.match(r"\[:(\^?)([a-z]+):\]", pattern[index:])
-            if posix and posix.group(2) in _POSIX_CLASSES and not posix.group(1):
-                out.append(_POSIX_CLASSES[posix.group(2)])
-                index += posix.end()
+            if pattern.startswith("[:", index):
+                end = pattern.find(":]", index + 2)
+                index = index + 1 if end < 0 else end + 2
                 continue
-            if char in "[&~|":
-                out.append("\\" + char)  # literal in RE2; Python warns about set operators
-            else:
-                out.append(char)
-                in_class = char != "]"
+            in_class = char != "]"
             index += 1
             continue
         if char == "[":
             in_class = True
-            out.append(char)
-            # a leading ']' (or '^]') is a literal in both dialects; copy it verbatim
-            lead = re.match(r"\^?\]?", pattern[index + 1 :]).group(0)
-            out.append(lead)
-            index += 1 + len(lead)
+            index += 1
+            if pattern.startswith("^", index):
+                index += 1
+            if pattern.startswith("]", index):
+                index += 1
             continue
-        if char == "(" and pattern.startswith(_UNSUPPORTED_GROUPS, index):
-            raise FunctionError(f"error parsing regexp: invalid or unsupported Perl syntax: `{pattern[index:index + 3]}`")
-        if char == "(" and pattern.startswith("(?<", index):
-            out.append("(?P<")
-            index += 3
-            continue
-        out.append("\\Z" if char == "$" and not multiline else char)
+        if char == "(":
+            named = re.match(r"\(\?P?<([A-Za-z0-9_]+)>", pattern[index:])
+            if named:
+                names.append(named.group(1))
+            elif not pattern.startswith("(?", index):
+                names.append("")
         index += 1
-    return "".join(out)
+    return names if len(names) == groups + 1 else None
 
 
-def find_all(regex: LinearRegex, text: str, limit: int = -1, meter: WorkMeter | None = None) -> list[Match]:
+def _go_rejects(pattern: str) -> str | None:
+    """What Go refuses although RE2 accepts it: ``\\C`` (any byte)."""
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == "\\":
+            if pattern.startswith("Q", index + 1):  # \Q...\E is literal text
+                end = pattern.find("\\E", index + 2)
+                index = len(pattern) if end < 0 else end + 2
+                continue
+            if pattern.startswith("C", index + 1):
+                return "invalid escape sequence: `\\C`"
+            index += 2
+            continue
+        index += 1
+    return None
+
+
+def _go_error(message: str, pattern: str) -> str:
+    at = pattern.find("(?<")
+    if message.startswith("invalid perl operator: (?<") and at >= 0:
+        # Go (>= 1.22) reads every "(?<" as a named group, so a lookbehind is a bad name there:
+        # the complaint quotes the group up to its ">", or the rest of the pattern without one
+        close = pattern.find(">", at)
+        return f"error parsing regexp: invalid named capture: `{pattern[at:] if close < 0 else pattern[at:close + 1]}`"
+    for theirs, ours in _GO_ERRORS:
+        if message.startswith(theirs):
+            detail = message[len(theirs):].lstrip(": ")
+            return f"error parsing regexp: {ours}: `{detail}`"
+    return f"error parsing regexp: {message}: `{pattern}`"
+
+
+@lru_cache(maxsize=512)
+def compile_go(pattern: str) -> GoRegexp:
+    """Compile a Go regexp, or raise FunctionError with Go's complaint."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise FunctionError(f"regexp longer than {MAX_PATTERN_CHARS} characters")
+    rejected = _go_rejects(pattern)
+    if rejected:
+        raise FunctionError(f"error parsing regexp: {rejected}")
+    try:
+        return GoRegexp(re2.compile(pattern, _OPTIONS), pattern)
+    except re2.error as exc:
+        text = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise FunctionError(_go_error(text, pattern)) from None
+
+
+def find_all(regex: GoRegexp, text: str, limit: int = -1, meter: WorkMeter | None = None) -> list:
     """Go's allMatches: successive matches; an empty match touching the previous one is skipped."""
-    matches: list[Match] = []
+    matches: list = []
     pos, previous_end = 0, -1
+    subject = _Subject(text)
     while pos <= len(text) and (limit < 0 or len(matches) < limit):
-        match = regex.search(text, pos, meter)
+        match = regex.search(subject, pos, meter)
         if match is None:
             break
         accept = True
@@ -108,9 +232,8 @@ def find_all(regex: LinearRegex, text: str, limit: int = -1, meter: WorkMeter | 
     return matches
 
 
-def replace_all(
-    regex: LinearRegex, text: str, replacement: str, literal: bool = False, meter: WorkMeter | None = None
-) -> str:
+def replace_all(regex: GoRegexp, text: str, replacement: str, literal: bool = False,
+                meter: WorkMeter | None = None) -> str:
     """Go's ReplaceAllString (with $1 / ${name} expansion) or ReplaceAllLiteralString."""
     out: list[str] = []
     last = 0
@@ -122,7 +245,7 @@ def replace_all(
     return "".join(out)
 
 
-def expand(regex: LinearRegex, match: Match, template: str) -> str:
+def expand(regex: GoRegexp, match, template: str) -> str:
     """Go's Regexp.Expand: `$$` is a dollar, `$name`/`${name}` a group, malformed `$` is literal."""
     out: list[str] = []
     index = 0
@@ -149,16 +272,17 @@ def expand(regex: LinearRegex, match: Match, template: str) -> str:
         out.append(_group(regex, match, name))
 
 
-def _group(regex: LinearRegex, match: Match, name: str) -> str:
+def _group(regex: GoRegexp, match: Match, name: str) -> str:
     if name.isdigit():
         number = int(name)
         return (match.group(number) or "") if number <= regex.groups else ""
-    if name in regex.groupindex:
-        return match.group(name) or ""
+    for number, named in enumerate(regex.names):  # as Go: the first group of that name that took part
+        if named == name and match.span(number)[0] >= 0:
+            return match.group(number) or ""
     return ""
 
 
-def split(regex: LinearRegex, text: str, limit: int, meter: WorkMeter | None = None) -> list[str]:
+def split(regex: GoRegexp, text: str, limit: int, meter: WorkMeter | None = None) -> list[str]:
     """Go's Regexp.Split(s, n)."""
     if limit == 0:
         return []

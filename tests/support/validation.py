@@ -80,14 +80,14 @@ def qualified_name_problems(key: str) -> list[str]:
     if len(parts) == 2:
         if len(prefix) > 253:
             problems.append("prefix part must be no more than 253 characters")
-        if not _DNS1123_RE.match(prefix):
+        if not _DNS1123_RE.fullmatch(prefix):
             problems.append(PREFIX_MSG)
     if not name:
         problems.append("name part must be non-empty")
     else:
         if len(name) > 63:
             problems.append("name part must be no more than 63 characters")
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.fullmatch(name):
             problems.append(QUALIFIED_NAME_MSG)
     return problems
 
@@ -96,7 +96,7 @@ def label_value_problems(value: str) -> list[str]:
     problems = []
     if len(value) > 63:
         problems.append("must be no more than 63 characters")
-    if not _VALUE_RE.match(value):
+    if not _VALUE_RE.fullmatch(value):
         problems.append(LABEL_VALUE_MSG)
     return problems
 
