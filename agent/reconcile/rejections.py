@@ -19,7 +19,9 @@ from agent.reconcile.node_api import StatusCause
 
 _BRACKET_RE = re.compile(r"\[([^\]]*)\]")
 _QUOTED_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_TAINT_INDEX_RE = re.compile(r"^spec\.taints\[(\d+)\]")
+# a real kube-apiserver names taint errors metadata.taints[i] (ValidateNode builds the path
+# from "metadata"); spec.taints[i] is what the field really is, accepted too
+_TAINT_INDEX_RE = re.compile(r"^(?:metadata|spec)\.taints\[(\d+)\]")
 
 
 def _quoted(message: str) -> set[str]:
@@ -93,7 +95,7 @@ def rejected_items(
             found |= _map_items(field, text, cause.reason, labels, "label")
         elif field.startswith("metadata.annotations") and annotations:
             found |= _map_items(field, text, cause.reason, annotations, "annotation")
-        elif field.startswith("spec.taints"):
+        elif field.startswith(("metadata.taints", "spec.taints")):
             found |= _taint_items(field, text, sent_taints, ours)
         elif field.startswith("status.") and status_ops:
             found |= _resource_items(field, text, status_ops)

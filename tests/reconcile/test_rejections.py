@@ -48,3 +48,12 @@ def test_json_patch_failure_names_nothing_so_the_caller_rereads():
     ops = [{"op": "remove", "path": "/status/capacity/example.com~1a"}]
     msg = "the server rejected our request due to an error in our request"
     assert rejected_items([], msg, status_ops=ops) == set()
+
+
+def test_taint_error_under_metadata_as_a_real_api_server_reports_it():
+    """kube-apiserver's ValidateNode builds taint paths from field.NewPath("metadata")
+    (pkg/apis/core/validation/validation.go), so a real 422 says metadata.taints[1].value."""
+    patch = {"spec": {"taints": [{"key": "theirs.io/t", "effect": "NoSchedule"}, {"key": "ours.io/t", "effect": "NoExecute"}]},
+             "metadata": {"resourceVersion": "3"}}
+    cause = StatusCause("FieldValueInvalid", "Invalid value: \"x\"", "metadata.taints[1].value")
+    assert rejected_items([cause], "", metadata_patch=patch, our_taints=["ours.io/t:NoExecute"]) == {("taint", "ours.io/t:NoExecute")}

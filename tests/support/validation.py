@@ -129,7 +129,9 @@ def validate_taints(taints: list[Mapping[str, Any]]) -> list[Cause]:
     causes: list[Cause] = []
     seen: set[tuple[str, str]] = set()
     for index, taint in enumerate(taints):
-        path = f"spec.taints[{index}]"
+        # kube-apiserver reports taint errors under metadata.taints[i], not spec.taints[i]:
+        # pkg/apis/core/validation ValidateNode builds the path from field.NewPath("metadata")
+        path = f"metadata.taints[{index}]"
         key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
         causes += [invalid(f"{path}.key", key, p) for p in qualified_name_problems(key)]
         causes += [invalid(f"{path}.value", value, p) for p in label_value_problems(value)]

@@ -168,12 +168,12 @@ def test_resource_version_precondition_gives_409(api, core):
     ({"metadata": {"annotations": {"example.com/huge": "x" * 300_000}}}, "FieldValueTooLong", "metadata.annotations",
      "Too long: must have at most 262144 bytes"),
     ({"spec": {"taints": [{"key": "example.com/t", "effect": "Sometimes"}]}}, "FieldValueNotSupported",
-     "spec.taints[0].effect", 'Unsupported value: "Sometimes": supported values: "NoSchedule"'),
-    ({"spec": {"taints": [{"key": "example.com/t"}]}}, "FieldValueRequired", "spec.taints[0].effect", "Required value"),
+     "metadata.taints[0].effect", 'Unsupported value: "Sometimes": supported values: "NoSchedule"'),
+    ({"spec": {"taints": [{"key": "example.com/t"}]}}, "FieldValueRequired", "metadata.taints[0].effect", "Required value"),
     ({"spec": {"taints": [{"key": "example.com/t", "value": "a", "effect": "NoSchedule"},
                           {"key": "example.com/t", "value": "b", "effect": "NoSchedule"}]}},
-     "FieldValueDuplicate", "spec.taints[1]", "taints must be unique by key and effect pair"),
-    ({"spec": {"taints": [{"key": "a/b/c", "effect": "NoSchedule"}]}}, "FieldValueInvalid", "spec.taints[0].key",
+     "FieldValueDuplicate", "metadata.taints[1]", "taints must be unique by key and effect pair"),
+    ({"spec": {"taints": [{"key": "a/b/c", "effect": "NoSchedule"}]}}, "FieldValueInvalid", "metadata.taints[0].key",
      "a qualified name must consist of"),
 ])
 def test_validation_errors_are_422_status_bodies(api, core, body, reason, field, fragment):
