@@ -21,7 +21,7 @@ from typing import Mapping
 
 from agent.features import Feature
 from agent.rules.expressions import RuleEvaluationError
-from agent.rules.gotemplate import TemplateError, compile_template, parse_key_value_lines
+from agent.gotemplate import TemplateError, compile_template, parse_key_value_lines
 from agent.rules.matcher import MatchedElement, TermResult, match_terms
 from agent.rules.model import COUNT_REFERENCE, Catalogue, OutputItem, Rule, TaintSpec
 

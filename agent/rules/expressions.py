@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import re
 
-from agent.rules.gotemplate_fmt import FunctionError
-from agent.rules.gotemplate_regex import compile_go
+from agent.gotemplate.regexp import FunctionError, compile_go
 from agent.rules.model import OPERATORS, Expression
 
 _SEMVER = re.compile(

@@ -13,7 +13,7 @@ import yaml
 
 from agent.desired import Problem
 from agent.rules.expressions import check_expression
-from agent.rules.gotemplate import TemplateError, compile_template
+from agent.gotemplate import TemplateError, compile_template
 from agent.rules.model import (
     AnyBranch, Expression, FeatureTerm, OutputItem, Rule, RuleSet, TaintSpec, TemplateSpec,
 )

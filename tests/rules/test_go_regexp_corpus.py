@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from agent.rules import gotemplate_regex as goregex
-from agent.rules.gotemplate_fmt import FunctionError
+from agent.gotemplate import regexp as goregex
+from agent.gotemplate.fmt import FunctionError
 from tests.conftest import REPO
 
 CORPUS = json.loads((REPO / "tests" / "data" / "go_regexp_corpus.json").read_text())

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from agent.rules.gotemplate import (
+from agent.gotemplate import (
     MAX_OUTPUT_CHARS,
     MAX_STEPS,
     MAX_TEMPLATE_BYTES,

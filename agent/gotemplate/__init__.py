@@ -5,7 +5,7 @@
     compile_template(template).render(data)           # parse once, render many times
 
 Semantics follow Go's text/template with Option("missingkey=error") and the Sprig functions
-rules use (see gotemplate_sprig). `data` is plain data: Mappings, lists/tuples, str, int,
+rules use (see agent/gotemplate/sprig.py). `data` is plain data: Mappings, lists/tuples, str, int,
 float, bool and None; NFD's shape is `.<dom>.<feature>` -> list of {"Name"} (flags),
 {"Name", "Value"} (attributes) or attribute dicts (instances). The engine only ever reads
 Mapping keys and sequence items; it never touches Python attributes, so rule files from
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.rules.gotemplate_exec import MAX_OUTPUT_CHARS, MAX_STEPS, execute
-from agent.rules.gotemplate_lexer import MAX_TEMPLATE_BYTES, TemplateError
-from agent.rules.gotemplate_parser import MAX_NESTING, Node, parse
+from agent.gotemplate.exec import MAX_OUTPUT_CHARS, MAX_STEPS, execute
+from agent.gotemplate.lexer import MAX_TEMPLATE_BYTES, TemplateError
+from agent.gotemplate.parser import MAX_NESTING, Node, parse
 
 __all__ = [
     "MAX_NESTING",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.rules.gotemplate_fmt import (
+from agent.gotemplate.fmt import (
     MAX_VALUE_CHARS,
     FunctionError,
     WorkMeter,
@@ -18,9 +18,9 @@ from agent.rules.gotemplate_fmt import (
     sorted_keys,
     truth,
 )
-from agent.rules.gotemplate_funcs import call_function
-from agent.rules.gotemplate_lexer import TemplateError, error_at
-from agent.rules.gotemplate_parser import (
+from agent.gotemplate.funcs import call_function
+from agent.gotemplate.lexer import TemplateError, error_at
+from agent.gotemplate.parser import (
     Action,
     Chain,
     Command,

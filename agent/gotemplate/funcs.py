@@ -1,4 +1,4 @@
-"""The function table templates may call: Go's builtins plus the Sprig subset (gotemplate_sprig).
+"""The function table templates may call: Go's builtins plus the Sprig subset (sprig.py).
 
 Each function declares Go-like parameter kinds so a call with the wrong count or type fails
 the way Go's text/template fails ("wrong number of args", "wrong type for value"). Only
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from agent.rules.gotemplate_fmt import (
+from agent.gotemplate.fmt import (
     MAX_VALUE_CHARS,
     FunctionError,
     WorkMeter,
@@ -21,7 +21,7 @@ from agent.rules.gotemplate_fmt import (
     sprintln,
     truth,
 )
-from agent.rules.gotemplate_sprig import SPRIG
+from agent.gotemplate.sprig import SPRIG
 
 
 @dataclass(frozen=True)

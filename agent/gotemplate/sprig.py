@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from functools import partial
 
-from agent.rules import gotemplate_regex as goregex
-from agent.rules.gotemplate_fmt import (
+from agent.gotemplate import regexp as goregex
+from agent.gotemplate.fmt import (
     MAX_VALUE_CHARS,
     FunctionError,
     WorkMeter,

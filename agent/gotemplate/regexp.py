@@ -17,7 +17,9 @@ from functools import lru_cache
 
 import re2
 
-from agent.rules.gotemplate_fmt import FunctionError, WorkMeter
+from agent.gotemplate.fmt import FunctionError, WorkMeter
+
+__all__ = ["FunctionError", "GoRegexp", "Match", "compile_go", "expand", "find_all", "replace_all", "split"]
 
 MAX_PATTERN_CHARS = 1024
 DEFAULT_WORK = 1_000_000

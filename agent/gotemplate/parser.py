@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.rules.gotemplate_funcs import FUNCTIONS
-from agent.rules.gotemplate_lexer import ActionItem, TemplateError, TextItem, Token, error_at, lex
+from agent.gotemplate.funcs import FUNCTIONS
+from agent.gotemplate.lexer import ActionItem, TemplateError, TextItem, Token, error_at, lex
 
 MAX_NESTING = 64  # control structures plus parentheses, innermost to outermost
 
