@@ -261,6 +261,8 @@ def _format_scalar(arg: object, verb: str, spec: dict) -> str | None:
         return _pad(format_value(arg), spec)
     if verb == "c" and is_int and 0 <= arg <= 0x10FFFF:
         return _pad(chr(arg), spec)
+    if verb == "U" and is_int and arg >= 0:
+        return _pad(f"U+{arg:04X}", spec)
     if verb in "xX" and isinstance(arg, str):
         sep = " " if " " in flags else ""
         text = sep.join(f"{b:02x}" for b in arg.encode("utf-8", "surrogatepass"))

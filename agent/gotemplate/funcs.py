@@ -8,6 +8,7 @@ user-written rule templates from reaching anything but pure data transformations
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -181,6 +182,39 @@ def _printf(template: str, *args: object) -> str:
     return sprintf(template, list(args), MAX_VALUE_CHARS)
 
 
+def _escaper_input(args: tuple) -> str:
+    """Go's evalArgs for html/js/urlquery: one string as is, else fmt.Sprint of all."""
+    return args[0] if len(args) == 1 and isinstance(args[0], str) else sprint(list(args))
+
+
+_HTML_ESCAPES = {"&": "&amp;", "'": "&#39;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "\0": "\ufffd"}
+_JS_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "<": "\\u003C", ">": "\\u003E", "&": "\\u0026",
+               "=": "\\u003D"}
+
+
+def _html(*args: object) -> str:
+    """Go's template.HTMLEscapeString."""
+    return "".join(_HTML_ESCAPES.get(c, c) for c in _escaper_input(args))
+
+
+def _js(*args: object) -> str:
+    """Go's template.JSEscapeString: quotes, backslash, <>&= and non-printable runes as \\uXXXX."""
+    out = []
+    for char in _escaper_input(args):
+        if char in _JS_ESCAPES:
+            out.append(_JS_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        else:
+            out.append(f"\\u{ord(char):04X}")
+    return "".join(out)
+
+
+def _urlquery(*args: object) -> str:
+    """Go's url.QueryEscape: unreserved characters kept, space as +, the rest %XX."""
+    return urllib.parse.quote_plus(_escaper_input(args), safe="")
+
+
 BUILTINS: dict[str, Function] = {
     # and/or are evaluated lazily by the executor; these entries give arity and the name.
     "and": Function(lambda *a: a[-1], ("any",), "any"),
@@ -198,6 +232,9 @@ BUILTINS: dict[str, Function] = {
     "print": Function(lambda *a: sprint(list(a)), (), "any"),
     "println": Function(lambda *a: sprintln(list(a)), (), "any"),
     "printf": Function(_printf, ("str",), "any"),
+    "html": Function(_html, (), "any"),
+    "js": Function(_js, (), "any"),
+    "urlquery": Function(_urlquery, (), "any"),
 }
 
 

@@ -203,6 +203,9 @@ class _Parser:
             if token is None or token.kind != "pipe":
                 break
             cursor.next()
+            after = cursor.peek()
+            if after is None or after.kind == "rparen":
+                break  # as Go's parser: a "|" right before the end of the pipeline adds no command
         for stage, command in enumerate(commands[1:], start=2):
             if isinstance(command.args[0], (Literal, Dot, Nil)):
                 raise self.error(command.pos, f"non executable command in pipeline stage {stage}")
