@@ -53,7 +53,7 @@ from agent.runtime.uevent import encode_kernel_uevent  # noqa: E402
 from bench.latency import heartbeats, stop_agent, wait_file  # noqa: E402
 from tests.faults.harness import CATALOGUE, NODE, Ledger, differences, expected_state, seed_node  # noqa: E402
 from tests.runtime.configmap import write_configmap  # noqa: E402
-from tests.runtime.helpers import CORAL_DEVPATH, CoralHost  # noqa: E402
+from tests.runtime.helpers import CORAL_DEVPATH, CoralHost, has_edgetpu  # noqa: E402
 from tests.support.apiserver import FakeApiServer, SecondWriter  # noqa: E402
 
 IFACE = CORAL_DEVPATH + "/2-2:1.0"
@@ -98,6 +98,8 @@ class Tracker:
     behind_since: float | None = None
     blind: list[tuple[float, float]] = field(default_factory=list)  # (start, length)
     converged_at: list[float] = field(default_factory=list)
+    half_since: float | None = None
+    half: list[tuple[float, float]] = field(default_factory=list)  # (start, length), seen every 50 ms
     lock: threading.Lock = field(default_factory=threading.Lock)
     compute: threading.Lock = field(default_factory=threading.Lock)
 
@@ -113,6 +115,14 @@ class Tracker:
 
     def observe(self) -> None:
         node = self.server.node(NODE)
+        label, resource = has_edgetpu(node)
+        now = time.monotonic()
+        with self.lock:  # half-written: the Edge TPU label without its resource, or the reverse
+            if label != resource and self.half_since is None:
+                self.half_since = now
+            elif label == resource and self.half_since is not None:
+                self.half.append((self.half_since, now - self.half_since))
+                self.half_since = None
         with self.lock:
             if self.expected is None or differences(node, self.expected):
                 return
@@ -344,6 +354,8 @@ class Soak:
                         "slope_mib_per_hour_after_warmup": None if slope is None else round(slope, 2)},
             "fds": [min(s[2] for s in self.samples), max(s[2] for s in self.samples)] if self.samples else None,
             "threads": [min(s[3] for s in self.samples), max(s[3] for s in self.samples)] if self.samples else None,
+            "half_written_longest_s": round(max((h[1] for h in self.tracker.half), default=0.0), 2),
+            "half_written_periods_seen": len(self.tracker.half),
             "final_equals_plan": not final, "final_differences": final[:20],
             "tracebacks": log.count("Traceback"), "agent_alive_at_end": alive,
             "sigterm": {"exit_code": code, "seconds": round(took, 2)},
@@ -419,6 +431,9 @@ def _print(r: dict) -> None:
     print(f"  convergence after a fault ends: max {c['max']} s (target <= 5), never {c['never']}")
     for name, worst in c["per_fault_max"].items():
         print(f"    {name:28s} {worst}")
+    print(f"  half-written (Edge TPU label without its resource or the reverse), sampled every 50 ms: "
+          f"{r['half_written_periods_seen']} period(s) seen, longest {r['half_written_longest_s']} s "
+          f"(target: one retry, <= 5 s)")
     print(f"  requests {r['requests']}; writes per hotplug (PATCH + Event POST accepted) {r['writes_per_hotplug']}")
     print(f"  ledger: {r['ledger']['agent_writes_checked']} agent writes checked, "
           f"{len(r['ledger']['violations'])} violation(s)")
