@@ -14,13 +14,11 @@ The Go version that recorded the file is stored in it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
+
+from go_run import record  # tests/oracle/go_run.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "data" / "go_regexp_corpus.json"
@@ -87,15 +85,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--go", default=shutil.which("go") or "/usr/lib/go-1.23/bin/go")
     args = parser.parse_args()
-    version = subprocess.run([args.go, "version"], capture_output=True, text=True, check=True).stdout.strip()
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "GOCACHE": cache, "HOME": cache, "GOFLAGS": "-mod=mod", "GO111MODULE": "off"}
-        done = subprocess.run([args.go, "run", str(HERE / "goregexp.go")], input=json.dumps(cases()), env=env,
-                              capture_output=True, text=True, check=True)
-    results = json.loads(done.stdout)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"recorded_with": version, "generator": "tests/oracle/make_regexp_corpus.py",
-                               "cases": results}, ensure_ascii=False, separators=(",", ":")) + "\n")
+    results = record(args.go, HERE / "goregexp.go", cases(), OUT, "tests/oracle/make_regexp_corpus.py")
     compiled = sum(1 for r in results if not r.get("error"))
     print(f"{len(results)} patterns ({compiled} compile, {len(results) - compiled} errors), "
           f"{sum(len(r['outcomes']) for r in results)} pattern/input outcomes -> {OUT}")

@@ -12,12 +12,10 @@ from Go (tests/oracle/gotemplate.go), never from our code. CI does not need Go.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
+
+from go_run import record  # tests/oracle/go_run.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "data" / "go_template_corpus.json"
@@ -93,14 +91,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--go", default=shutil.which("go") or "/usr/lib/go-1.23/bin/go")
     args = parser.parse_args()
-    version = subprocess.run([args.go, "version"], capture_output=True, text=True, check=True).stdout.strip()
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "GOCACHE": cache, "HOME": cache, "GO111MODULE": "off"}
-        done = subprocess.run([args.go, "run", str(HERE / "gotemplate.go")], input=json.dumps(cases()), env=env,
-                              capture_output=True, text=True, check=True)
-    results = json.loads(done.stdout)
-    OUT.write_text(json.dumps({"recorded_with": version, "generator": "tests/oracle/make_template_corpus.py",
-                               "cases": results}, ensure_ascii=False, separators=(",", ":")) + "\n")
+    results = record(args.go, HERE / "gotemplate.go", cases(), OUT, "tests/oracle/make_template_corpus.py")
     errors = sum(1 for r in results if "error" in r)
     print(f"{len(results)} template cases ({errors} errors) -> {OUT}")
     return 0
