@@ -16,12 +16,14 @@ TemplateError with line and column.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.gotemplate.exec import MAX_OUTPUT_CHARS, MAX_STEPS, execute
-from agent.gotemplate.lexer import MAX_TEMPLATE_BYTES, TemplateError
-from agent.gotemplate.parser import MAX_NESTING, Node, parse
+from agent.gotemplate.lexer import MAX_TEMPLATE_BYTES, TemplateError, position
+from agent.gotemplate.parser import MAX_NESTING, Command, Identifier, Literal, Node, parse
+from agent.gotemplate.regexp import FunctionError, compile_go
 
 __all__ = [
     "MAX_NESTING",
@@ -52,10 +54,46 @@ class CompiledTemplate:
 
 
 def compile_template(template: str) -> CompiledTemplate:
-    """Parse `template`, raising TemplateError for syntax errors, unknown functions, > 64 KiB."""
+    """Parse `template`, raising TemplateError for syntax errors, unknown functions, > 64 KiB,
+    and regexp literals Go would not compile (so ``validate`` names them with file:line)."""
     if not isinstance(template, str):
         raise TemplateError(f"template must be a string, not {type(template).__name__}")
-    return CompiledTemplate(template, parse(template))
+    nodes = parse(template)
+    _check_regexp_literals(template, nodes)
+    return CompiledTemplate(template, nodes)
+
+
+# Sprig's regexMatch alone ignores a bad pattern (it is simply false, as in NFD); the others
+# would fail at run time anyway, so their literal patterns are checked at load
+REGEXP_FUNCTIONS = frozenset({"mustRegexMatch", "regexFind", "regexFindAll", "regexReplaceAll",
+                              "regexReplaceAllLiteral", "regexSplit"})
+
+
+def _walk(node: object):
+    yield node
+    if dataclasses.is_dataclass(node):
+        for item in dataclasses.fields(node):
+            value = getattr(node, item.name)
+            for child in value if isinstance(value, tuple) else (value,):
+                if dataclasses.is_dataclass(child):
+                    yield from _walk(child)
+
+
+def _check_regexp_literals(source: str, nodes: tuple[Node, ...]) -> None:
+    """A literal pattern given to a regex function is compiled now, as Go would at run time:
+    a pattern Go rejects is an error of the rule, reported at load with its position."""
+    for top in nodes:
+        for node in _walk(top):
+            if not isinstance(node, Command) or len(node.args) < 2:
+                continue
+            name, pattern = node.args[0], node.args[1]
+            if isinstance(name, Identifier) and name.name in REGEXP_FUNCTIONS and isinstance(pattern, Literal) \
+                    and isinstance(pattern.value, str):
+                try:
+                    compile_go(pattern.value)
+                except FunctionError as exc:
+                    line, column = position(source, pattern.pos)
+                    raise TemplateError(f"{name.name}: {exc}", line, column) from None
 
 
 def render(template: str, data: Mapping) -> str:

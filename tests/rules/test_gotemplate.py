@@ -532,3 +532,19 @@ def test_random_templates_only_return_str_or_raise_template_error(template, data
 
 
 # Go regexp semantics are checked against real Go's output: tests/rules/test_go_regexp_corpus.py
+
+
+@pytest.mark.parametrize("template,where", [
+    ('{{ regexFind "(" .a }}', "1:14"),
+    ('x\n{{ .a | regexReplaceAll "a{1001}" "y" }}', "2:25"),
+    ('{{ if mustRegexMatch "[[:foo:]]" .a }}{{ end }}', "1:22"),
+    ('{{ regexSplit "\\\\C" .a -1 }}', "1:15"),
+])
+def test_a_regexp_literal_go_rejects_fails_at_load_with_its_position(template, where):
+    with pytest.raises(TemplateError) as info:
+        compile_template(template)
+    assert str(info.value).startswith(f"template:{where}: ") and "error parsing regexp" in str(info.value)
+
+
+def test_regex_match_keeps_sprigs_meaning_for_a_bad_pattern():
+    assert render('{{ regexMatch "[" .a }}', {"a": "x"}) == "false"  # Sprig ignores the error, as NFD does
