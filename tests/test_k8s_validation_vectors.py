@@ -88,3 +88,14 @@ def test_dns_subdomain_prefixes_kubernetes_rejects(prefix):
 def test_a_taint_or_annotation_key_with_a_trailing_newline_is_refused(value):
     assert agent_side.taint_errors("example.com/t", value, "NoSchedule")
     assert agent_side.annotation_key_errors("example.com/a\n")
+
+
+def test_the_annotation_budget_counts_bytes_as_go_does():
+    """apimachinery ValidateAnnotationsSize sums len(k)+len(v), Go's len: bytes. 131,072 'é'
+    are 262,144 bytes (over the 256 KiB budget with any key) but only 131,072 characters."""
+    over = {"example.com/x": "é" * 131072}
+    assert server_side.validate_annotations(over)
+    assert not server_side.validate_annotations({"example.com/x": "e" * 131072})
+    from agent.desired import DesiredNodeState, annotation_bytes
+
+    assert annotation_bytes(DesiredNodeState(annotations=over)) > agent_side.ANNOTATIONS_TOTAL_MAX

@@ -114,7 +114,7 @@ def validate_annotations(annotations: Mapping[str, Any], field: str = "metadata.
     total = 0
     for key, value in annotations.items():
         causes += [invalid(field, key, p) for p in qualified_name_problems(key.lower())]
-        total += len(key) + len(value)
+        total += len(key.encode()) + len(str(value).encode())  # Go's len(): bytes, not characters
     if total > TOTAL_ANNOTATION_LIMIT:
         causes.append(Cause("FieldValueTooLong", f"Too long: must have at most {TOTAL_ANNOTATION_LIMIT} bytes", field))
     return causes
