@@ -73,7 +73,9 @@ def _outage(server: FakeApiServer) -> None:
     server.faults.clear()
 
 
-FAULTS = (  # (name, inject); a fault ends when its requests are all served (or 15 s pass)
+# (name, inject); a fault ends when its requests are all taken (or 15 s pass), and a slow one
+# only once its last slow answer has gone out (SLOW_FOR), when the API is healthy again
+FAULTS = (
     ("5xx burst", lambda s: s.faults.fail(503, count=6)),
     ("429 Retry-After 2", lambda s: s.faults.throttle(retry_after=2, count=3)),
     ("409 on PATCH", lambda s: s.faults.fail(409, count=3, verb="PATCH")),
@@ -85,6 +87,7 @@ FAULTS = (  # (name, inject); a fault ends when its requests are all served (or 
     ("watch ends cleanly", lambda s: s.drop_watches(abrupt=False)),
     ("status PATCH 500", lambda s: s.faults.fail(500, count=2, verb="PATCH", path=f"/nodes/{NODE}/status")),
 )
+SLOW_FOR = {"slow responses 4 s": 4.0, "applied, answer too late": 7.0}
 
 
 @dataclass
@@ -216,7 +219,7 @@ class Soak:
             while self.server.faults.pending() and time.monotonic() < deadline and not self.stop.is_set():
                 time.sleep(0.05)
             self.server.faults.clear()
-            self.faults.append({"fault": name, "began": began, "ended": time.monotonic()})
+            self.faults.append({"fault": name, "began": began, "ended": time.monotonic() + SLOW_FOR.get(name, 0.0)})
 
     def _observe(self) -> None:
         proc = psutil.Process(self.proc.pid)
