@@ -11,8 +11,10 @@ describe node`` of something the agent refused while the API server was flaky (i
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as _dt
 import logging
+import threading
 from typing import Any, Callable, Iterable
 
 from agent.reconcile.node_api import NodeApi, NodeApiError
@@ -80,11 +82,33 @@ class EventRecorder:
         self._now = now
         self.failures = 0
         self.backlog: collections.deque[dict[str, Any]] = collections.deque()
+        self._local = threading.local()  # Events held by this thread's pass (``deferred``)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Hold this thread's Events until the block ends. A pass's two writes (labels, then
+        status.capacity) must go out back to back: on a slow API server an Event POST between
+        them kept the Node half-written for the whole POST (seen in bench/soak.py)."""
+        self._local.held = held = []
+        try:
+            yield
+        finally:
+            self._local.held = None
+            for body, warning in held:
+                self._send(body, warning)
 
     def record(self, node_uid: str, reason: str, message: str, *, warning: bool = False) -> bool:
+        """Post an Event (or hold it, inside ``deferred``); False if it could not be posted now."""
         if not self.enabled or not message:
             return False
         body = event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.append((body, warning))
+            return True
+        return self._send(body, warning)
+
+    def _send(self, body: dict[str, Any], warning: bool) -> bool:
         if self._post(body):
             return True
         if warning:

@@ -111,13 +111,15 @@ class Reconciler:
 
     def reconcile(self, plan: PlanFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
         """Apply ``plan(foreign_labels)`` to the node; never raises on API errors."""
-        outcome, live = self._run(plan, live_node, cleaning=False)
+        with self.events.deferred():  # both writes back to back, the pass's Events after them
+            outcome, live = self._run(plan, live_node, cleaning=False)
         self._track_partial(outcome, live)
         return replace(outcome, partial=self._partial) if self._partial else outcome
 
     def clean(self) -> CleanOutcome:
         """Remove everything we own (labels, annotations, resources, taints, the record)."""
-        outcome, final = self._run(_empty_plan, None, cleaning=True)
+        with self.events.deferred():
+            outcome, final = self._run(_empty_plan, None, cleaning=True)
         clean = outcome.ok and final is not None and parse_ownership(final.annotations).empty
         problems = list(outcome.problems)
         unattributed = unattributed_labels(final) if final is not None else []

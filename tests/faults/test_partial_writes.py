@@ -121,3 +121,19 @@ def test_retry_after_of_a_throttled_second_write_is_honoured(server, ledger, mak
     h.wait_converged(what="capacity written after Retry-After")
     _wait_whole(h)
     ledger.assert_clean()
+
+
+def test_a_passs_events_go_out_after_both_writes(server, make_harness):
+    """On a slow API server an Event POST between the labels PATCH and the status PATCH kept
+    the Node half-written for the whole POST (bench/soak.py: 8 s with 4 s answers). The two
+    writes go back to back; the pass's Events follow."""
+    h = make_harness(retries=1).start()
+    h.unplug()
+    h.wait_converged(what="unplugged")
+    server.clear_requests()
+    h.plug()
+    h.wait_converged(what="plugged")
+    wait_for(lambda: sum(1 for r in server.requests if r.method == "POST") >= 2, what="the pass's Events")
+    kinds = [("status" if r.path.endswith("/status") else "labels") if r.method == "PATCH" else "event"
+             for r in server.requests if r.method in ("PATCH", "POST")]
+    assert kinds[:2] == ["labels", "status"] and set(kinds[2:]) == {"event"}, kinds
