@@ -708,7 +708,7 @@ class FakeApiServer:
             raise ApiError(404, status_body(404, "the server could not find the requested resource"))
         if not rest:
             if method == "GET":
-                match = selectors.selector(query.get("fieldSelector"), query.get("labelSelector"))
+                match = selectors.selector(query.get("fieldSelector"), query.get("labelSelector"), resource)
                 if query.get("watch") in ("true", "1"):
                     self._watch(resource, namespace, match, query, handler)
                     return None

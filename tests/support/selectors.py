@@ -36,12 +36,28 @@ def _lookup(obj: Mapping[str, Any], path: str) -> str:
     return "" if value is None else str(value)
 
 
-def field_selector(text: str | None) -> Matcher:
+# The field labels each resource supports (pkg/apis/core/v1/conversion.go
+# AddFieldLabelConversionFunc); any other is a 400 "field label not supported: <label>".
+SUPPORTED_FIELDS = {
+    "nodes": {"metadata.name", "metadata.namespace", "spec.unschedulable"},
+    "pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+             "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+             "status.nominatedNodeName"},
+    "events": {"metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
+               "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
+               "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
+               "source", "type"},
+}
+
+
+def field_selector(text: str | None, resource: str | None = None) -> Matcher:
     terms = []
     for term in _split(text or ""):
         match = re.match(r"^([A-Za-z0-9_.]+)\s*(==|!=|=)\s*(.*)$", term)
         if not match:
             raise ValueError(f"invalid selector: '{text}'; can't understand '{term}'")
+        if resource in SUPPORTED_FIELDS and match.group(1) not in SUPPORTED_FIELDS[resource]:
+            raise ValueError(f"field label not supported: {match.group(1)}")
         terms.append((match.group(1), match.group(2) == "!=", match.group(3)))
     return lambda obj: all((_lookup(obj, path) != value) if negate else (_lookup(obj, path) == value)
                            for path, negate, value in terms)
@@ -74,6 +90,6 @@ def label_selector(text: str | None) -> Matcher:
     return lambda obj: all(check((obj.get("metadata") or {}).get("labels") or {}) for check in checks)
 
 
-def selector(field: str | None, label: str | None) -> Matcher:
-    by_field, by_label = field_selector(field), label_selector(label)
+def selector(field: str | None, label: str | None, resource: str | None = None) -> Matcher:
+    by_field, by_label = field_selector(field, resource), label_selector(label)
     return lambda obj: by_field(obj) and by_label(obj)

@@ -481,3 +481,19 @@ def _wait(predicate, timeout: float = 10.0) -> None:
             raise AssertionError("condition not reached within the bound")
         done.wait(step)
         deadline -= step
+
+
+def test_an_unsupported_field_selector_is_a_400_as_on_a_real_server():
+    """pkg/apis/core/v1/conversion.go: nodes support metadata.name and spec.unschedulable
+    (plus metadata.namespace); anything else is "field label not supported"."""
+    import urllib.error
+    import urllib.request
+
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        host = server.client_configuration().host
+        with urllib.request.urlopen(f"{host}/api/v1/nodes?fieldSelector=metadata.name%3Dn1") as answer:
+            assert answer.status == 200
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{host}/api/v1/nodes?fieldSelector=metadata.nam%3Dn1")
+        assert err.value.code == 400 and "field label not supported: metadata.nam" in err.value.read().decode()
