@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.support import discovery, patching, quantity, selectors, validation
+from tests.support import schema
 from tests.support.faults import Faults
 from tests.support.store import AlreadyExists, Conflict, NotFound, Store, now_stamp
 from tests.support.watch import Watcher, WatchRegistry, gone, stream
@@ -609,6 +610,7 @@ class FakeApiServer:
             problem = validation.decode_problem(candidate)
             if problem:
                 raise ApiError(400, status_body(400, problem))
+            candidate = schema.prune(candidate)  # decoding into the Go struct drops unknown fields
             wanted_rv = candidate["metadata"].get("resourceVersion")
             if wanted_rv not in (None, "") and str(wanted_rv) != before["metadata"]["resourceVersion"]:
                 raise Conflict("nodes", name)

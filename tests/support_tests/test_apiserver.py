@@ -497,3 +497,24 @@ def test_an_unsupported_field_selector_is_a_400_as_on_a_real_server():
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{host}/api/v1/nodes?fieldSelector=metadata.nam%3Dn1")
         assert err.value.code == 400 and "field label not supported: metadata.nam" in err.value.read().decode()
+
+
+def test_unknown_fields_in_a_patch_are_dropped_as_the_real_server_decodes_them():
+    """A body is decoded into the Go Node struct: fields the type does not have vanish (the
+    field list is the official client's generated model, tests/support/schema.py)."""
+    import json
+    import urllib.request
+
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        body = {"metadata": {"labels": {"example.com/a": "b"}, "bogus": 1},
+                "spec": {"bogusField": 1, "taints": [{"key": "example.com/t", "effect": "NoSchedule", "x": 1}]}}
+        request = urllib.request.Request(f"{server.client_configuration().host}/api/v1/nodes/n1",
+                                         data=json.dumps(body).encode(), method="PATCH",
+                                         headers={"Content-Type": "application/merge-patch+json"})
+        with urllib.request.urlopen(request) as answer:
+            assert answer.status == 200
+        node = server.node("n1")
+        assert node["metadata"]["labels"]["example.com/a"] == "b"
+        assert "bogus" not in node["metadata"] and "bogusField" not in node["spec"]
+        assert node["spec"]["taints"] == [{"key": "example.com/t", "effect": "NoSchedule"}]
