@@ -64,8 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(resync only); inject:<socket> is a test/debug interface")
     parser.add_argument("--poll-interval", type=positive_float, default=5.0, metavar="SECONDS",
                         help="device polling period in poll mode or when no event monitor can be opened")
-    parser.add_argument("--debounce", type=non_negative_float, default=0.15, metavar="SECONDS",
-                        help="wait this long after a device event for the rest of its burst")
+    parser.add_argument("--debounce", type=non_negative_float, default=0.04, metavar="SECONDS",
+                        help="after a device event, rediscover once no further event came for this long (the quiet "
+                             "gap that ends a burst)")
+    parser.add_argument("--debounce-max", type=non_negative_float, default=0.25, metavar="SECONDS",
+                        help="rediscover at the latest this long after the first event of a burst")
     parser.add_argument("--startup-taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
                         help="a taint the node registers with that the agent removes after its first successful "
                              "reconcile (labels before workloads); repeatable")
@@ -90,7 +93,7 @@ def settings_from_args(args: argparse.Namespace):
         node_name=args.node_name, rules_dirs=rules_dirs(args), host_root=args.host_root,
         sources=selected_sources(args), discovery_config=discovery_config(args), rule_options=rule_options(args),
         resync_interval=args.resync_interval, startup_jitter=args.startup_jitter, debounce=max(0.0, args.debounce),
-        debounce_max=max(1.0, args.debounce), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
+        debounce_max=max(args.debounce, args.debounce_max), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
         startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,
         evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,
         watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries))

@@ -53,7 +53,7 @@ from agent.runtime.recording_api import RecordingNodeApi
 from agent.runtime.rules_state import RulesState
 from agent.runtime.rules_watch import RulesWatcher
 from agent.runtime.silent_monitor import SilentMonitorCheck
-from agent.runtime.subsystems import sources_for
+from agent.runtime.subsystems import ends_burst, sources_for
 from agent.runtime.uevent import UEvent
 from agent.sources import SOURCE_NAMES
 
@@ -74,8 +74,8 @@ class Settings:
     resync_interval: float = 600.0
     resync_jitter: float = 0.1
     startup_jitter: float = 0.0
-    debounce: float = 0.15
-    debounce_max: float = 1.0
+    debounce: float = 0.04  # quiet gap that ends a burst of device events (queue.py)
+    debounce_max: float = 0.25
     udev_mode: str = "kernel"
     poll_interval: float = 5.0
     startup_taints: Sequence[Taint] = ()
@@ -274,7 +274,7 @@ class Agent:
                   extra={"node": self.settings.node_name, "event": "hotplug"})
         self._silent.event(sources)
         if sources:
-            self.queue.put(q.HOTPLUG, sources=sources)
+            self.queue.put(q.HOTPLUG, sources=sources, settled=ends_burst(event.subsystem, event.action, event.properties))
 
     def _node_changed(self, node: dict[str, Any]) -> None:
         # after a 404 the pending retry waits out the backoff; the node appearing ends the wait

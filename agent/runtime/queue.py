@@ -9,10 +9,17 @@ small threads and only ever call ``put``.
 
 Coalescing: everything that arrives while a batch is pending joins it. The batch records
 why (``kinds``), which discovery sources need rerunning (``sources``; ``None`` = all), and
-the newest Node the watch delivered. Its due time is the latest "not before" of its parts:
-a hotplug sets ``now + debounce`` (trailing edge, so a burst of uevents for one device —
-device, interfaces, driver binds — becomes one pass) but never later than ``debounce_max``
-after the first event of the burst; a retry after an error sets ``now + retry_after``.
+the newest Node the watch delivered. Its due time is the latest "not before" of its parts.
+
+Hotplug settles on a short quiet gap: a USB plug is a burst of 3-6 uevents within a few
+milliseconds (device add, interface adds, driver binds), and one pass should see all of it.
+Each event moves the burst's settle time to ``now + debounce`` (the quiet gap), never later
+than ``debounce_max`` after the burst's first event (an endless burst still gets a pass).
+An event that is known to end its burst (``settled``: the ``bind`` or ``remove`` of a USB
+device, which the kernel sends after all of its interfaces; see
+``subsystems.ends_burst``) settles it after ``settled_gap`` only, just long enough for
+datagrams already in the socket to join. Other parts' delays (``delay``) are kept apart
+(``not_before``), so a hotplug can never shorten them and they never stretch a hotplug's gap.
 ``get`` blocks on the condition until the batch is due or ``stop`` is called: no polling.
 """
 
@@ -37,6 +44,8 @@ class Batch:
     due: float = 0.0
     burst_started: float | None = None
     created: float = 0.0
+    not_before: float = 0.0  # the latest ``delay`` of the non-hotplug parts
+    settle_at: float | None = None  # when the hotplug burst counts as settled
 
     @property
     def full_discovery(self) -> bool:
@@ -46,12 +55,13 @@ class Batch:
 class TriggerQueue:
     """Thread-safe coalescing queue with one consumer."""
 
-    def __init__(self, *, debounce: float = 0.15, debounce_max: float = 1.0,
+    def __init__(self, *, debounce: float = 0.04, debounce_max: float = 0.25, settled_gap: float = 0.005,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if debounce < 0 or debounce_max < debounce:
             raise ValueError("need 0 <= debounce <= debounce_max")
         self.debounce = debounce
         self.debounce_max = debounce_max
+        self.settled_gap = min(max(0.0, settled_gap), debounce)
         self._clock = clock
         self._cond = threading.Condition()
         self._pending: Batch | None = None
@@ -62,9 +72,10 @@ class TriggerQueue:
         return self._stopped
 
     def put(self, kind: str, *, sources: Iterable[str] | None = (), node: Mapping[str, Any] | None = None,
-            delay: float = 0.0, expedite: bool = False) -> bool:
+            delay: float = 0.0, expedite: bool = False, settled: bool = False) -> bool:
         """Add a trigger; ``sources=None`` asks for a full rediscovery. False once stopped.
-        ``expedite``: the batch is due now, even if an earlier part (a retry's backoff) said later."""
+        ``expedite``: the batch is due now, even if an earlier part (a retry's backoff) said later.
+        ``settled`` (hotplug): this event ends its burst; settle after ``settled_gap``."""
         if kind not in KINDS:
             raise ValueError(f"unknown trigger {kind!r}")
         with self._cond:
@@ -84,10 +95,15 @@ class TriggerQueue:
             if kind == HOTPLUG:
                 if batch.burst_started is None:
                     batch.burst_started = now
-                due = min(now + self.debounce, batch.burst_started + self.debounce_max)
+                gap = self.settled_gap if settled else self.debounce
+                batch.settle_at = min(now + gap, batch.burst_started + self.debounce_max)
             else:
-                due = now + max(0.0, delay)
-            batch.due = now if expedite else max(batch.due, due)
+                batch.not_before = max(batch.not_before, now + max(0.0, delay))
+            if expedite:
+                batch.not_before = batch.due = now
+                batch.settle_at = None
+            else:
+                batch.due = max(batch.not_before, batch.settle_at if batch.settle_at is not None else now)
             self._cond.notify_all()
             return True
 

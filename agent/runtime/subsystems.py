@@ -12,7 +12,7 @@ so a busy host's ``tty``/``input`` events cost nothing.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 SUBSYSTEM_SOURCES: dict[str, tuple[str, ...]] = {
     "pci": ("pci", "network", "storage"),
@@ -50,6 +50,19 @@ def sources_for(subsystem: str, enabled: Iterable[str] | None = None) -> frozens
     """Sources to rediscover after an event on ``subsystem`` (limited to ``enabled``)."""
     wanted = frozenset(SUBSYSTEM_SOURCES.get(subsystem, ()))
     return wanted if enabled is None else wanted & frozenset(enabled)
+
+
+def ends_burst(subsystem: str, action: str, properties: Mapping[str, str]) -> bool:
+    """Whether this event is the last of its device's burst, so the pass need not wait out the
+    quiet gap. The kernel announces a USB device first (``add`` of the ``usb_device``), then
+    its interfaces (``add``, ``bind`` of their drivers), and binds the device itself last
+    (``usb_generic_driver_probe`` returns after the interfaces are registered); on unplug the
+    interfaces go first and the device's ``remove`` is the last event. A network interface is
+    complete in sysfs when its ``add`` is sent (its ``queues`` objects follow, which no source
+    reads). Anything else waits for the quiet gap."""
+    if subsystem == "usb":
+        return properties.get("DEVTYPE") == "usb_device" and action in ("bind", "remove")
+    return subsystem == "net" and action in ("add", "remove", "move")
 
 
 def metric_labels(subsystem: str, action: str) -> tuple[str, str]:

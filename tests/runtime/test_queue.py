@@ -96,3 +96,42 @@ def test_unknown_kind_and_bad_settings_refused():
         TriggerQueue().put("bogus")
     with pytest.raises(ValueError):
         TriggerQueue(debounce=1.0, debounce_max=0.5)
+
+
+def test_an_event_that_ends_its_burst_settles_it_without_the_quiet_gap():
+    clock = Clock()
+    q = TriggerQueue(debounce=0.04, debounce_max=0.25, settled_gap=0.005, clock=clock)
+    q.put(HOTPLUG, sources={"usb"})  # usb_device add
+    clock.now += 0.002
+    q.put(HOTPLUG, sources={"usb"})  # interface add
+    assert q.pending().due == pytest.approx(clock.now + 0.04)
+    clock.now += 0.002
+    q.put(HOTPLUG, sources={"usb"}, settled=True)  # usb_device bind: the burst is complete
+    assert q.pending().due == pytest.approx(clock.now + 0.005)
+    clock.now += 0.001
+    q.put(HOTPLUG, sources={"network"})  # a straggler re-opens the quiet gap
+    assert q.pending().due == pytest.approx(clock.now + 0.04)
+    clock.now += 0.04
+    assert q.get(timeout=0).sources == {"usb", "network"}
+
+
+def test_a_hotplug_never_shortens_another_parts_delay_nor_is_stretched_by_it():
+    clock = Clock()
+    q = TriggerQueue(debounce=0.04, debounce_max=0.25, clock=clock)
+    q.put(STARTUP, sources=None, delay=2.0)  # startup jitter
+    q.put(HOTPLUG, sources={"usb"}, settled=True)
+    assert q.pending().due == pytest.approx(clock.now + 2.0)
+    clock.now += 2.0
+    assert q.get(timeout=0).kinds == {STARTUP, HOTPLUG}
+    q.put(HOTPLUG, sources={"usb"})
+    clock.now += 0.01
+    q.put(NODE)  # a Node delivery inside the gap does not move the settle time
+    assert q.pending().due == pytest.approx(clock.now + 0.03)
+
+
+def test_expedite_makes_the_batch_due_at_once():
+    clock = Clock()
+    q = TriggerQueue(clock=clock)
+    q.put(RETRY, delay=5.0)
+    q.put(NODE, expedite=True)
+    assert q.get(timeout=0).kinds == {RETRY, NODE}

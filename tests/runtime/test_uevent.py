@@ -83,3 +83,22 @@ def test_from_pyudev_builds_the_same_record():
                       "PRODUCT": "18d1/9302/100", "TYPE": "0/0/0", "BUSNUM": "002", "DEVNUM": "002"}
 
     assert from_pyudev(FakeDevice()) == parse_kernel_uevent(CORAL_ADD)
+
+
+@pytest.mark.parametrize("subsystem,action,devtype,ends", [
+    ("usb", "add", "usb_device", False),        # interfaces follow
+    ("usb", "add", "usb_interface", False),
+    ("usb", "bind", "usb_interface", False),    # the device's own bind follows
+    ("usb", "bind", "usb_device", True),        # sent after all interfaces (usb_generic_driver_probe)
+    ("usb", "remove", "usb_interface", False),
+    ("usb", "remove", "usb_device", True),      # interfaces went first
+    ("net", "add", "", True),
+    ("net", "remove", "", True),
+    ("pci", "add", "", False),                  # a driver bind may follow
+    ("block", "add", "disk", False),            # partitions follow
+])
+def test_which_events_end_their_burst(subsystem, action, devtype, ends):
+    from agent.runtime.subsystems import ends_burst
+
+    props = {"DEVTYPE": devtype} if devtype else {}
+    assert ends_burst(subsystem, action, props) is ends
