@@ -2,13 +2,14 @@
 
 Format as ``source/local/local.go``: one ``key[=value]`` a line (value defaults to
 ``true``), ``#`` comments, and directives ``# +expiry-time=<RFC3339>`` (until the next one),
-``# +no-label`` and ``# +no-feature`` (next feature line only).  Files are read in name
+``# +no-label`` and ``# +no-feature`` (next feature line only; such a line also deletes the
+key's earlier label / feature *from the same file*).  Files are read in name
 order, hidden files and anything but regular files (after links) are skipped, files over
 64 KiB are refused, and a later file overrides an earlier one's key.  Labels keep the key as
 written; an unprefixed key gets ``feature.node.kubernetes.io/`` as nfd-master would add.
 
 Unlike NFD, a line whose key or value Kubernetes would reject is reported with file:line and
-left out, instead of failing later at the API server.
+its label left out (NFD drops it later, at publication); its raw feature is kept as NFD keeps it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,11 @@ def label_key(key: str) -> str:
 
 
 def parse_feature_file(text: str, now: datetime) -> ParsedFile:
-    """Pure parse of one file's text at time ``now`` (timezone-aware)."""
+    """Pure parse of one file's text at time ``now`` (timezone-aware), as NFD's
+    ``parseFeatureFile``: a ``+no-label`` / ``+no-feature`` line also *deletes* an earlier
+    label / feature of the same key from this file (NFD's ``delete(labels, key)``), and an
+    expired line is skipped before the one-line directives are reset, so a ``+no-label``
+    above an expired line carries on to the next live one, exactly as NFD does."""
     result = ParsedFile()
     expiry: datetime | None = None
     skip_label = skip_feature = False
@@ -86,27 +91,32 @@ def parse_feature_file(text: str, now: datetime) -> ParsedFile:
             else:
                 result.problems.append((number, f"unknown directive {name!r} ignored"))
             continue
-        want_label, want_feature = not skip_label, not skip_feature
-        skip_label = skip_feature = False  # a directive covers the next feature line only
         if expiry is not None and expiry < now:
-            continue
+            continue  # NFD: before the directives are reset (see docstring)
         key, has_value, value = line.partition("=")
         value = value if has_value else "true"
-        problem = _line_problem(key, value, want_label)
-        if problem:
-            result.problems.append((number, problem))
-            continue
-        if want_feature:
+        feature_problem = "" if skip_feature else _feature_problem(key, value)
+        label_problem = "" if skip_label else _label_problem(key, value)
+        if label_problem or feature_problem:  # one report a line; the label's says more
+            result.problems.append((number, label_problem or feature_problem))
+        if skip_feature:
+            result.features.pop(key, None)
+        elif not feature_problem:
             result.features[key] = value
-        if want_label:
+        if skip_label:
+            result.labels.pop(key, None)
+        elif not label_problem:
             result.labels[key] = value
+        skip_label = skip_feature = False  # a directive covers the next feature line only
     return result
 
 
-def _line_problem(key: str, value: str, labelled: bool) -> str:
-    if labelled:
-        reasons = qualified_name_errors(label_key(key)) + label_value_errors(value)
-        return f"{key[:60]!r}={value[:60]!r} is not a valid label: {'; '.join(reasons)}" if reasons else ""
+def _label_problem(key: str, value: str) -> str:
+    reasons = qualified_name_errors(label_key(key)) + label_value_errors(value)
+    return f"{key[:60]!r}={value[:60]!r} is not a valid label: {'; '.join(reasons)}" if reasons else ""
+
+
+def _feature_problem(key: str, value: str) -> str:
     if not _PRINTABLE_KEY.match(key) or not key.isprintable() or not value.isprintable():
         return f"{key[:60]!r} is not a usable feature key/value"
     return ""

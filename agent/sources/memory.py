@@ -111,7 +111,7 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
             label("nv.dax", ND_DEVICES)
 
     hugepages = _hugepages(host, read, error)
-    if hugepages:
+    if hugepages is not None:
         features["hugepages"] = Feature(attributes=hugepages, origin=HUGEPAGES)
 
     meminfo = read(MEMINFO)
@@ -124,15 +124,17 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
     return SourceResult(NAME, features, labels, errors, origins)
 
 
-def _hugepages(host: HostFS, read, error) -> dict[str, str]:
-    """``enabled`` (any pool non-empty) and ``hugepages-<Quantity>`` = nr_hugepages per pool."""
+def _hugepages(host: HostFS, read, error) -> dict[str, str] | None:
+    """``enabled`` (any pool non-empty) and ``hugepages-<Quantity>`` = nr_hugepages per pool.
+
+    As NFD's ``detectHugePages``: a kernel without hugepage support (no such directory) or
+    with no pools still gives ``enabled=false``; only an unlistable directory gives nothing.
+    """
     try:
         pools = host.glob(f"{HUGEPAGES}/hugepages-*kB")
     except HostFileError as exc:
         error(HUGEPAGES, f"unlistable: {exc.reason}")
-        return {}
-    if not pools:
-        return {}
+        return None
     attrs = {"enabled": "false"}
     for pool in pools:
         size = posixpath.basename(pool)[len("hugepages-"):-len("kB")]

@@ -115,18 +115,24 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
 
 def iommu_attributes(reader: AttributeReader, device_dir: str) -> dict[str, str]:
     """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version`` (plus our group
-    number); the links are checked first so the common no-IOMMU case costs no failed reads."""
+    number).  On a real host both are links and are checked first, so the common no-IOMMU
+    case costs no failed reads; when they are not links the files are read through the
+    path as NFD does (``readSinglePciAttribute``), which covers a tree where they are plain
+    directories, as in NFD's own ``testdata/source/pci``."""
     attrs: dict[str, str] = {}
     group = reader.link_name(f"{device_dir}/iommu_group")
     if group and group.isdigit():
         # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
         # spares following the link through the whole device path again
         group_type = reader.attr(f"{IOMMU_GROUPS}/{group}/type")
-        if group_type:
-            attrs["iommu_group/type"] = group_type
+    else:
+        group_type = None if group else reader.attr(f"{device_dir}/iommu_group/type")
+    if group_type:
+        attrs["iommu_group/type"] = group_type
     if group:
         attrs["iommu_group"] = group
-    if reader.link_name(f"{device_dir}/iommu"):
+    # a device has an ``iommu`` only with an ``iommu_group``: no group, no second read
+    if reader.link_name(f"{device_dir}/iommu") or (group_type and not group):
         version = reader.attr(f"{device_dir}/iommu/intel-iommu/version")
         if version:
             attrs["iommu/intel-iommu/version"] = version

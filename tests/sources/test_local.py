@@ -177,3 +177,42 @@ def test_any_feature_file_never_crashes_and_labels_are_valid(tmp_path_factory, l
     assert not [e for e in result.errors if "source failed" in e.message or "dropped" in e.message]
     for key, value in result.labels.items():
         assert not qualified_name_errors(key) and not label_value_errors(value)
+
+
+# -- NFD's parseFeatureFile, line by line (source/local/local.go) --------------------------------
+def test_no_label_deletes_the_earlier_label_of_the_same_file(tmp_path):
+    """NFD ``delete(labels, key)``: the key stays a feature (new value), its label goes."""
+    put(tmp_path, "f", "foo=bar\n# +no-label\nfoo=baz\n")
+    result = run(tmp_path)
+    assert result.labels == {} and dict(result.features["feature"].attributes) == {"foo": "baz"}
+
+
+def test_no_feature_deletes_the_earlier_feature_of_the_same_file(tmp_path):
+    put(tmp_path, "f", "foo=bar\n# +no-feature\nfoo=baz\n")
+    result = run(tmp_path)
+    assert result.labels == {NFD_PREFIX + "foo": "baz"} and "feature" not in result.features
+
+
+def test_no_label_does_not_reach_into_an_earlier_file(tmp_path):
+    """Files are parsed apart and merged by adding: only a later *value* overrides."""
+    put(tmp_path, "10-a", "foo=bar\n")
+    put(tmp_path, "20-b", "# +no-label\nfoo=baz\n")
+    result = run(tmp_path)
+    assert result.labels == {NFD_PREFIX + "foo": "bar"}
+    assert dict(result.features["feature"].attributes) == {"foo": "baz"}
+
+
+def test_a_directive_above_an_expired_line_carries_to_the_next_live_line(tmp_path):
+    """NFD skips an expired line before resetting the one-line directives."""
+    put(tmp_path, "f", "# +expiry-time=2020-01-01T00:00:00Z\n# +no-label\nold=1\n"
+                       "# +expiry-time=2099-01-01T00:00:00Z\nnew=1\nlater=1\n")
+    result = run(tmp_path)
+    assert result.labels == {NFD_PREFIX + "later": "1"}
+    assert dict(result.features["feature"].attributes) == {"new": "1", "later": "1"}
+
+
+def test_a_line_whose_label_would_be_invalid_keeps_its_feature(tmp_path):
+    put(tmp_path, "f", "ok=value with spaces\n")
+    result = run(tmp_path)
+    assert result.labels == {} and dict(result.features["feature"].attributes) == {"ok": "value with spaces"}
+    assert [e.path for e in result.errors] == [f"{D}/f:1"]
