@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from agent.device_claims import DeviceClaim
+
 OWNER_DOMAIN = "node-feature-agent.io"
 """Our own annotation domain: ownership records live here, never in someone else's."""
 
@@ -99,9 +101,13 @@ class DesiredNodeState:
     #: keyed by label key, resource name, annotation key, or ``taint:<key>:<effect>``
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
     problems: tuple[Problem, ...] = ()
+    #: resource -> the devices a rule's ``devices:`` declaration matched (for the device plugin;
+    #: the reconciler does not look at it)
+    device_claims: Mapping[str, DeviceClaim] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "device_claims", MappingProxyType(dict(self.device_claims)))
         object.__setattr__(self, "extended_resources", MappingProxyType(dict(self.extended_resources)))
         object.__setattr__(self, "taints", tuple(sorted(set(self.taints))))
         object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))

@@ -76,6 +76,14 @@ EXPECTATIONS: dict[str, dict] = {
                                       "subsystem_vendor": "1ac1", "subsystem_device": "089a"}]},
         "flags": {"kernel.loadedmodule": ["apex", "gasket"]},
     },
+    "edge-ai": {
+        "labels": {"pci-0b40_1e60.present": "true", "usb-ff_18d1_9302.present": "true"},
+        "absent": ["pci-0880_1ac1.present"],
+        "instances": {"pci.device": [{"class": "0880", "vendor": "1ac1", "device": "089a"},
+                                     {"class": "0b40", "vendor": "1e60", "device": "2864", "revision": "01"}],
+                      "usb.device": [{"class": "ff", "vendor": "18d1", "device": "9302"}]},
+        "flags": {"kernel.loadedmodule": ["hailo_pci", "apex", "gasket"]},
+    },
     "coral-devboard": {
         "labels": {"system-os_release.ID": "mendel", "system-os_release.VERSION_ID": "5",
                    "kernel-config.PREEMPT": "true", "kernel-config.NO_HZ_IDLE": "true",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from agent.desired import Problem
+from agent.device_claims import DeviceDeclaration
 
 #: The 13 operators of the NodeFeatureRule CRD (``nfd.md`` section 4).
 OPERATORS = (
@@ -121,6 +122,7 @@ class Rule:
     vars_template: TemplateSpec | None = None
     match_features: tuple[FeatureTerm, ...] = ()
     match_any: tuple[AnyBranch, ...] = ()
+    devices: tuple[DeviceDeclaration, ...] = ()  # our extension (device plugin)
 
     @property
     def qualified_name(self) -> str:

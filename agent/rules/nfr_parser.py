@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from agent.desired import Problem
+from agent.rules.device_specs import DeviceSpecError, parse_devices
 from agent.rules.expressions import check_expression
 from agent.gotemplate import TemplateError, compile_template
 from agent.rules.model import (
@@ -24,6 +25,7 @@ KIND = "NodeFeatureRule"
 RULE_FIELDS = {
     "name", "labels", "labelsTemplate", "annotations", "extendedResources", "taints",
     "vars", "varsTemplate", "matchFeatures", "matchAny",
+    "devices",  # our extension: what the device plugin passes (agent/rules/device_specs.py)
 }
 MAX_ANNOTATION_VALUE = 1024
 
@@ -162,12 +164,17 @@ class _Parser:
         for item in annotations:
             if len(item.value) > MAX_ANNOTATION_VALUE:
                 raise RuleShapeError(f"annotation {item.key!r}: value longer than {MAX_ANNOTATION_VALUE} characters", int(item.origin.rsplit(":", 1)[1]))
+        resources = self.items(spec.get("extendedResources"), "extendedResources", spec.line_of("extendedResources"))
+        try:
+            devices = parse_devices(spec.get("devices"), spec.line_of("devices"), self.path, resources)
+        except DeviceSpecError as exc:
+            raise RuleShapeError(str(exc), exc.line) from None
         return Rule(
-            name=name, rule_set=rule_set, origin=self.at(spec.line),
+            name=name, rule_set=rule_set, origin=self.at(spec.line), devices=devices,
             labels=self.items(spec.get("labels"), "labels", spec.line_of("labels")),
             labels_template=self.template(spec.get("labelsTemplate"), "labelsTemplate", spec.line_of("labelsTemplate")),
             annotations=annotations,
-            extended_resources=self.items(spec.get("extendedResources"), "extendedResources", spec.line_of("extendedResources")),
+            extended_resources=resources,
             taints=self.taints(spec.get("taints"), spec.line_of("taints")),
             vars=self.items(spec.get("vars"), "vars", spec.line_of("vars")),
             vars_template=self.template(spec.get("varsTemplate"), "varsTemplate", spec.line_of("varsTemplate")),

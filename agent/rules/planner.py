@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from agent.desired import DesiredNodeState, Problem, Provenance, Taint, annotation_bytes
+from agent.device_claims import DeviceClaim, MatchedDevice
 from agent.features import Feature
 from agent.k8s_validation import (
     ANNOTATIONS_TOTAL_MAX,
@@ -66,6 +67,7 @@ class _Builder:
         self.taints: dict[tuple[str, str], Taint] = {}
         self.provenance: dict[str, Provenance] = {}
         self.problems: list[Problem] = []
+        self.device_claims: dict[str, DeviceClaim] = {}
 
     def refuse(self, origin: str, item: str, reasons: list[str] | str | None) -> bool:
         if not reasons:
@@ -134,6 +136,24 @@ def _apply_rules(builder: _Builder, evaluation: EvaluationResult) -> None:
         for spec, value in result.taints:
             out = Output(spec.key, value, spec.origin, result.elements)
             builder.taint(spec.key, value, spec.effect, _element_provenance(spec.origin, result, out))
+        _claim_devices(builder, result)
+
+
+def _claim_devices(builder: _Builder, result: RuleResult) -> None:
+    """The matched device instances of each resource the rule declares ``devices:`` for, if
+    the resource itself was accepted (a later rule's claim replaces an earlier one, as its
+    count does)."""
+    for declaration in result.rule.devices:
+        name = autoprefix(declaration.resource, builder.options)
+        if name not in builder.resources:
+            continue
+        seen: dict[tuple, MatchedDevice] = {}
+        for element in result.elements:
+            if element.instance is not None and element.identity not in seen:
+                seen[element.identity] = MatchedDevice(element.feature, element.instance.attributes,
+                                                       element.instance.origin)
+        declared = dataclasses.replace(declaration, resource=name)
+        builder.device_claims[name] = DeviceClaim(declared, tuple(seen.values()))
 
 
 def _dependency_hit(dep: Dependency, layers: list[tuple[str, Mapping[str, str]]]) -> tuple[str, str] | None:
@@ -197,6 +217,7 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
     state = DesiredNodeState(
         labels=builder.labels, extended_resources=builder.resources, taints=tuple(builder.taints.values()),
         annotations=builder.annotations, provenance=builder.provenance, problems=tuple(builder.problems),
+        device_claims=builder.device_claims,
     )
     size = annotation_bytes(state)
     if size > ANNOTATIONS_TOTAL_MAX:

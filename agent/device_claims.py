@@ -1,0 +1,84 @@
+"""What the catalogue says a counted device needs in a container, and which devices a pass matched.
+
+The contract between rule evaluation (``agent.rules`` builds ``DeviceClaim``s from a rule's
+``devices:`` section, ``labels/README.md``) and the device plugin (``agent.deviceplugin``
+turns them into devices with ``/dev`` nodes). Pure data, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+NODE_KINDS = ("usb", "class", "path")
+"""``usb``: /dev/bus/usb/BBB/DDD from the USB device's busnum/devnum; ``class``: the char
+devices a driver created for the matched device in that sysfs class (``apex`` -> /dev/apex_0,
+``hailo_chardev`` -> /dev/hailo0); ``path``: one fixed node, the same for every device."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    kind: str  # one of NODE_KINDS
+    value: str = ""  # the class name, or the fixed path
+
+
+@dataclass(frozen=True)
+class NotReadySpec:
+    """Matched devices whose attributes equal all of ``attributes`` are advertised Unhealthy."""
+
+    attributes: Mapping[str, str]
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
+
+    def matches(self, attributes: Mapping[str, str]) -> bool:
+        return all(attributes.get(k) == v for k, v in self.attributes.items())
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    host_path: str
+    container_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class DeviceDeclaration:
+    """One resource's ``devices:`` entry in a rule."""
+
+    resource: str
+    nodes: tuple[NodeSpec, ...]
+    permissions: str = "rw"
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[MountSpec, ...] = ()
+    not_ready: tuple[NotReadySpec, ...] = ()
+    origin: str = ""  # file:line
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+
+@dataclass(frozen=True)
+class MatchedDevice:
+    """A device instance a rule matched: its attributes and the sysfs path it was read from."""
+
+    feature: str  # "pci.device", "usb.device"
+    attributes: Mapping[str, str]
+    origin: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
+
+
+@dataclass(frozen=True)
+class DeviceClaim:
+    """A declared resource and the devices this pass matched for it."""
+
+    declaration: DeviceDeclaration
+    devices: tuple[MatchedDevice, ...] = ()
+
+    @property
+    def resource(self) -> str:
+        return self.declaration.resource

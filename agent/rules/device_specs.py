@@ -1,0 +1,131 @@
+"""Parse a rule's ``devices:`` section (our extension; ``labels/README.md``, "Devices for the
+device plugin") into ``DeviceDeclaration``s.
+
+Strict, as the rest of the parser: an unknown field, a node kind we do not know, a
+permission other than r/w/m, a relative path or a resource the rule does not count with
+``@count`` is a ``DeviceSpecError`` naming the line, and the whole rule is skipped (a
+half-understood declaration could hand a container the wrong node).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from agent.device_claims import DeviceDeclaration, MountSpec, NodeSpec, NotReadySpec
+from agent.rules.model import COUNT_REFERENCE, OutputItem
+from agent.rules.yaml_lines import LineList, LineMap
+
+FIELDS = {"deviceNodes", "permissions", "env", "mounts", "notReady"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLASS_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+class DeviceSpecError(ValueError):
+    def __init__(self, message: str, line: int):
+        super().__init__(message)
+        self.line = line
+
+
+def _text(value: Any, what: str, line: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DeviceSpecError(f"{what} must be a string", line)
+    return str(value)
+
+
+def _absolute(value: Any, what: str, line: int) -> str:
+    path = _text(value, what, line)
+    if not path.startswith("/") or posixpath.normpath(path) != path or "\x00" in path:
+        raise DeviceSpecError(f"{what} must be a normalised absolute path, not {path!r}", line)
+    return path
+
+
+def _node(item: Any, line: int) -> NodeSpec:
+    if item == "usb":
+        return NodeSpec("usb")
+    if isinstance(item, LineMap) and len(item) == 1:
+        (kind, value), = item.items()
+        if kind == "class":
+            name = _text(value, "deviceNodes class", line)
+            if not _CLASS_NAME.fullmatch(name):
+                raise DeviceSpecError(f"deviceNodes class {name!r} is not a sysfs class name", line)
+            return NodeSpec("class", name)
+        if kind == "path":
+            path = _absolute(value, "deviceNodes path", line)
+            if not path.startswith("/dev/"):
+                raise DeviceSpecError(f"deviceNodes path {path!r} must be under /dev/", line)
+            return NodeSpec("path", path)
+    raise DeviceSpecError("a deviceNodes entry is 'usb', {class: <sysfs class>} or {path: /dev/...}", line)
+
+
+def _mount(item: Any, line: int) -> MountSpec:
+    if not isinstance(item, LineMap) or set(item) - {"hostPath", "containerPath", "readOnly"} or "hostPath" not in item:
+        raise DeviceSpecError("a mounts entry is {hostPath, containerPath (default: hostPath), readOnly (default: true)}", line)
+    host = _absolute(item["hostPath"], "mounts hostPath", line)
+    container = _absolute(item.get("containerPath", host), "mounts containerPath", line)
+    read_only = item.get("readOnly", True)
+    if not isinstance(read_only, bool):
+        raise DeviceSpecError("mounts readOnly must be true or false", line)
+    return MountSpec(host, container, read_only)
+
+
+def _not_ready(item: Any, line: int) -> NotReadySpec:
+    if not isinstance(item, LineMap) or set(item) != {"match", "reason"} or not isinstance(item["match"], LineMap) \
+            or not item["match"]:
+        raise DeviceSpecError("a notReady entry is {match: {<attribute>: <value>, ...}, reason: <text>}", line)
+    attributes = {str(k): _text(v, f"notReady match {k!r}", line) for k, v in item["match"].items()}
+    return NotReadySpec(attributes, _text(item["reason"], "notReady reason", line))
+
+
+def _list(spec: LineMap, key: str) -> LineList:
+    value = spec.get(key)
+    if value is None:
+        return LineList()
+    if not isinstance(value, LineList):
+        raise DeviceSpecError(f"devices {key} must be a list", spec.line_of(key))
+    return value
+
+
+def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, ...]) -> tuple[DeviceDeclaration, ...]:
+    """``devices: {<resource>: {deviceNodes, permissions, env, mounts, notReady}}``."""
+    if spec is None:
+        return ()
+    if not isinstance(spec, LineMap):
+        raise DeviceSpecError("devices must be a mapping of resource name to its device declaration", line)
+    counted = {item.key for item in resources if item.value == COUNT_REFERENCE}
+    out = []
+    for resource, body in spec.items():
+        at = spec.line_of(resource)
+        if resource not in counted:
+            raise DeviceSpecError(f"devices {resource!r}: the rule must count it (extendedResources {resource}: "
+                                  f"\"{COUNT_REFERENCE}\")", at)
+        if not isinstance(body, LineMap):
+            raise DeviceSpecError(f"devices {resource!r} must be a mapping", at)
+        unknown = set(body) - FIELDS
+        if unknown:
+            raise DeviceSpecError(f"devices {resource!r}: unknown field(s) {sorted(unknown)}", body.line)
+        nodes_raw = _list(body, "deviceNodes")
+        if not nodes_raw:
+            raise DeviceSpecError(f"devices {resource!r}: deviceNodes is required", body.line)
+        nodes = tuple(_node(item, nodes_raw.line_of(i)) for i, item in enumerate(nodes_raw))
+        permissions = _text(body.get("permissions", "rw"), "permissions", body.line_of("permissions"))
+        if not permissions or set(permissions) - set("rwm") or len(set(permissions)) != len(permissions):
+            raise DeviceSpecError(f"devices {resource!r}: permissions {permissions!r} must be letters of 'rwm'",
+                                  body.line_of("permissions"))
+        env_raw = body.get("env") or LineMap()
+        if not isinstance(env_raw, LineMap):
+            raise DeviceSpecError(f"devices {resource!r}: env must be a mapping", body.line_of("env"))
+        env = {}
+        for key, value in env_raw.items():
+            if not _ENV_NAME.fullmatch(str(key)):
+                raise DeviceSpecError(f"devices {resource!r}: env name {key!r} is not a valid variable name",
+                                      env_raw.line_of(key))
+            env[str(key)] = _text(value, f"env {key}", env_raw.line_of(key))
+        mounts_raw, ready_raw = _list(body, "mounts"), _list(body, "notReady")
+        out.append(DeviceDeclaration(
+            resource, nodes, permissions, env,
+            tuple(_mount(m, mounts_raw.line_of(i)) for i, m in enumerate(mounts_raw)),
+            tuple(_not_ready(n, ready_raw.line_of(i)) for i, n in enumerate(ready_raw)),
+            f"{path}:{at}"))
+    return tuple(out)
