@@ -1,7 +1,12 @@
 """Kubernetes Events on our Node, so ``kubectl describe node`` says what the agent did and why.
 
-One Event per applied write (not per label: a first apply of 40 labels is one readable Event),
-plus Warnings for clashes and rejected items. Events never fail or hold up the reconcile. A
+At most one Event per pass (not per label, not per write): everything a pass has to say —
+its label write, its ``status.capacity`` write, Warnings for clashes, refused items or a
+degraded source — is held until the pass's writes are done and then posted as one Event
+(``aggregate``): a hotplug costs two PATCHes and one POST, not two of each. The aggregate
+keeps the most telling reason (the first Warning's, else the first change's) and its type
+(Warning if any part is one); its message lists every part as ``Reason: text``, so
+``kubectl describe node`` still shows each. Events never fail or hold up the reconcile. A
 Normal Event that cannot be posted is logged and dropped; a Warning (a rejected rules edit, a
 degraded source, a refused item) is kept in a small backlog and posted again after the next
 successful pass (``flush``), since it may be the only trace an operator sees in ``kubectl
@@ -71,6 +76,31 @@ def event_body(node_name: str, node_uid: str, reason: str, message: str, event_t
     }
 
 
+def aggregate(bodies: list[dict[str, Any]], limit: int = MAX_MESSAGE) -> dict[str, Any]:
+    """Several Event bodies of one pass -> one. Warnings first, each group in the order
+    recorded; reason and type from the first; message ``Reason: text`` per part, joined by
+    `` | ``, each part cut to a fair share of ``limit`` (short parts leave their room to
+    long ones). A single body is returned unchanged."""
+    if len(bodies) == 1:
+        return bodies[0]
+    parts = [b for b in bodies if b["type"] == "Warning"] + [b for b in bodies if b["type"] != "Warning"]
+    texts = [f"{b['reason']}: {b['message']}" for b in parts]
+    budget = limit - len(" | ") * (len(texts) - 1)
+    shares = {}
+    remaining = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    while remaining:
+        share = budget // len(remaining)
+        index = remaining.pop(0)
+        shares[index] = min(len(texts[index]), max(0, share))
+        budget -= shares[index]
+    cut = [t if len(t) <= shares[i] else t[:max(0, shares[i] - 3)] + "..." for i, t in enumerate(texts)]
+    first = parts[0]
+    body = {**first, "message": " | ".join(cut)[:limit]}
+    uid = next((b["involvedObject"].get("uid") for b in parts if b["involvedObject"].get("uid")), "")
+    body["involvedObject"] = {**first["involvedObject"], "uid": uid}
+    return body
+
+
 class EventRecorder:
     """Posts Events for one node; disabled recorders only log."""
 
@@ -86,16 +116,29 @@ class EventRecorder:
 
     @contextlib.contextmanager
     def deferred(self):
-        """Hold this thread's Events until the block ends. A pass's two writes (labels, then
-        status.capacity) must go out back to back: on a slow API server an Event POST between
-        them kept the Node half-written for the whole POST (seen in bench/soak.py)."""
-        self._local.held = held = []
+        """Hold this thread's Events until the (outermost) block ends, then post them as one
+        (``aggregate``). A pass's two writes (labels, then status.capacity) must go out back to
+        back: on a slow API server an Event POST between them kept the Node half-written for the
+        whole POST (seen in bench/soak.py). Nested blocks join the outer one, so the run loop
+        can hold a whole pass (discovery's Warnings included) around the Reconciler's own."""
+        if getattr(self._local, "held", None) is not None:
+            yield
+            return
+        self._local.held = []
         try:
             yield
         finally:
+            self.release()
             self._local.held = None
-            for body, warning in held:
-                self._send(body, warning)
+
+    def release(self) -> None:
+        """Post what this thread's block holds so far, as one Event, and keep holding (the run
+        loop releases right after the writes, so the Event precedes the pass's bookkeeping)."""
+        held = getattr(self._local, "held", None)
+        if held:
+            body = aggregate([b for b, _w in held])
+            held.clear()
+            self._send(body, body["type"] == "Warning")
 
     def record(self, node_uid: str, reason: str, message: str, *, warning: bool = False) -> bool:
         """Post an Event (or hold it, inside ``deferred``); False if it could not be posted now."""

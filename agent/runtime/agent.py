@@ -332,7 +332,8 @@ class Agent:
                 continue
             self._busy_since = time.monotonic()
             try:
-                self._process(batch)
+                with self.reconciler.events.deferred():  # one Event per pass (events.aggregate)
+                    self._process(batch)
             except Stopping:
                 return
             except Exception:  # a bug in one pass must not end the loop
@@ -393,6 +394,7 @@ class Agent:
         self.last_outcome = outcome
         self._node_missing = outcome.node_missing
         self.metrics.partially_applied.set(1 if outcome.partial else 0)
+        self.reconciler.events.release()  # the pass's one Event (discovery's Warnings included)
         desired = outcome.desired
         if outcome.error:
             result = "error"
