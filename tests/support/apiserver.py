@@ -654,11 +654,11 @@ class FakeApiServer:
             raise ApiError(409, status_body(409, str(err), reason="AlreadyExists", name=err.name,
                                             kind=err.resource)) from err
         except patching.PatchError as err:
-            causes = [{"reason": "UnexpectedServerResponse" if err.code == 422 else "", "message": err.detail, "field": ""}] \
-                if err.detail else []
-            message = err.message if err.code != 400 or not err.detail else err.detail
-            raise ApiError(err.code, status_body(err.code, message, causes=[{k: v for k, v in c.items() if v}
-                                                                           for c in causes])) from err
+            if err.code == 422:  # patch.go: NewGenericServerResponse(422, ..., err.Error(), 0, false)
+                body = status_body(422, patching.GENERIC_422)
+                body["details"] = {}  # a non-nil StatusDetails with every field empty: no causes
+                raise ApiError(422, body) from err
+            raise ApiError(err.code, status_body(err.code, err.message)) from err
         except ValueError as err:
             raise ApiError(400, status_body(400, str(err))) from err
 
