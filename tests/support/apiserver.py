@@ -46,7 +46,7 @@ REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFo
            409: "Conflict", 410: "Expired", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType",
            422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 DEFAULT_MESSAGES = {403: 'nodes is forbidden: User "system:serviceaccount:test:agent" cannot do this',
-                    429: "Too many requests, please try again later.",
+                    429: "Cannot evict pod as it would violate the pod's disruption budget.",
                     500: "Internal error occurred: injected fault", 503: "the server is currently unable to handle the request",
                     504: "the server was unable to return a response in the time allotted"}
 KUBELET_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0",
@@ -84,10 +84,32 @@ class ApiError(Exception):
 
 
 def invalid_error(kind: str, name: str, causes: list[validation.Cause]) -> ApiError:
-    text = "; ".join(str(c) for c in causes)
-    if len(causes) > 1:
-        text = "[" + ", ".join(str(c) for c in causes) + "]"
+    """``errors.NewInvalid``: every cause in ``details.causes`` (repeats included), the message
+    from ``ErrorList.ToAggregate()``, which drops repeated texts and brackets two or more."""
+    unique = list(dict.fromkeys(str(c) for c in causes))
+    text = unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
     return ApiError(422, status_body(422, f'{kind} "{name}" is invalid: {text}', name=name, kind=kind, causes=[c.as_dict() for c in causes]))
+
+
+def decode_error(problem: str, node: Any, *, put_body: Any = None) -> ApiError:
+    """A body that does not decode into the typed Node. POST/PUT: ``transformDecodeError`` in
+    handlers/rest.go, a 400. PATCH: the patched JSON fails ``runtime.DecodeInto`` in
+    handlers/patch.go, which answers ``errors.NewInvalid(schema.GroupKind{}, "",
+    {field.Invalid(field.NewPath("patch"), string(patchedJS), err.Error())})``, a 422 whose
+    kind and name are empty (strategic merge patch: the value is Go's ``%+v`` of the patch
+    map there; here the JSON, not checked)."""
+    if put_body is not None:
+        if isinstance(put_body, dict) and put_body.get("kind"):
+            version = str(put_body.get("apiVersion") or "").rpartition("/")[2]
+            message = f'{put_body["kind"]} in version "{version}" cannot be handled as a Node: {problem}'
+        else:
+            text = json.dumps(put_body, separators=(",", ":"))
+            summary = text if len(text) <= 30 or not text.startswith("{") else text[:30] + " ..."
+            message = f"the object provided is unrecognized (must be of type Node): {problem} ({summary})"
+        return ApiError(400, status_body(400, message))
+    cause = validation.invalid("patch", json.dumps(node, separators=(",", ":")), problem)
+    body = status_body(422, f' "" is invalid: {cause}', causes=[cause.as_dict()])
+    return ApiError(422, body)
 
 
 @dataclass
@@ -242,6 +264,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _send_text(self, code: int, text: str, headers: dict[str, str]) -> None:
+        data = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
     def _serve(self) -> None:
         fake = self.server.fake
         parts = urlsplit(self.path)
@@ -273,6 +305,13 @@ class _Handler(BaseHTTPRequestHandler):
                 headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
                 record.status = code
                 fake._record(record)
+                if code == 429 and fault.message is None and not path.endswith("/eviction"):
+                    # the apiserver's max-in-flight / priority-and-fairness filters answer
+                    # before any handler: http.Error(w, "Too many requests, please try again
+                    # later.", 429) with Retry-After set, a plain-text body, not a Status
+                    self._send_text(429, "Too many requests, please try again later.\n",
+                                    {"Retry-After": headers.get("Retry-After", "1"), "X-Content-Type-Options": "nosniff"})
+                    return
                 self._send_json(code, status_body(code, fault.message or DEFAULT_MESSAGES.get(code, "injected fault"),
                                                   retry_after=fault.retry_after), headers)
                 return
@@ -603,13 +642,13 @@ class FakeApiServer:
                 allocatable.pop(key, None)
 
     def _write_node(self, name: str, subresource: str | None, compute: Callable[[dict[str, Any]], Any],
-                    dry_run: bool) -> dict[str, Any]:
+                    dry_run: bool, body: Any = None) -> dict[str, Any]:
         def mutate(current: dict[str, Any]) -> dict[str, Any]:
             before = copy.deepcopy(current)
             candidate = compute(current)
-            problem = validation.decode_problem(candidate)
+            problem = schema.type_problem(candidate) or validation.decode_problem(candidate)
             if problem:
-                raise ApiError(400, status_body(400, problem))
+                raise decode_error(problem, candidate, put_body=body)
             candidate = schema.prune(candidate)  # decoding into the Go struct drops unknown fields
             wanted_rv = candidate["metadata"].get("resourceVersion")
             if wanted_rv not in (None, "") and str(wanted_rv) != before["metadata"]["resourceVersion"]:
@@ -627,7 +666,8 @@ class FakeApiServer:
             for section in ("capacity", "allocatable"):
                 if isinstance(status.get(section), dict):
                     status[section] = {k: quantity.canonical(v) for k, v in status[section].items()}
-            causes = validation.validate_node(candidate, check_resource_names=self.check_resource_names)
+            causes = validation.validate_node_write(candidate, subresource,
+                                                    check_resource_names=self.check_resource_names)
             if causes:
                 raise invalid_error("Node", name, causes)
             self._kubelet_sync(before, candidate)  # kubelet's own later write: never part of the 422
@@ -758,7 +798,7 @@ class FakeApiServer:
                 raise ApiError(400, status_body(400, "metadata is required"))
         else:
             compute = lambda current: patching.apply(content_type, current, body)  # noqa: E731
-        return 200, self._write_node(name, sub, compute, dry_run)
+        return 200, self._write_node(name, sub, compute, dry_run, body if method == "PUT" else None)
 
     def _create(self, resource: str, kind: str, namespace: str | None, body: Any, dry_run: bool,
                 api_version: str) -> tuple[int, Any]:
@@ -787,9 +827,9 @@ class FakeApiServer:
         if resource == "nodes":
             obj.setdefault("spec", {})
             obj.setdefault("status", {})
-            problem = validation.decode_problem(obj)
+            problem = schema.type_problem(obj) or validation.decode_problem(obj)
             if problem:
-                raise ApiError(400, status_body(400, problem))
+                raise decode_error(problem, obj, put_body=body)
             causes = validation.validate_node(obj, check_resource_names=self.check_resource_names)
             if causes:
                 raise invalid_error("Node", meta["name"], causes)

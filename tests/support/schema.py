@@ -37,3 +37,65 @@ def prune(value: Any, kind: str = "V1Node") -> Any:
     if fields is None or not isinstance(value, dict):
         return value
     return {key: prune(item, fields[key]) for key, item in value.items() if key in fields}
+
+
+_GO_SCALARS = {"str": "string", "int": "int64", "bool": "bool", "datetime": "string", "float": "float64"}
+_QUANTITY_MAPS = {("status", "capacity"), ("status", "allocatable")}  # resource.Quantity: checked in quantity.py
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type name Go's encoding/json puts in an UnmarshalTypeError."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "object")
+
+
+def _go_type(kind: str) -> str:
+    if match := _LIST.match(kind):
+        return "[]" + _go_type(match.group(1))
+    if match := _DICT.match(kind):
+        return "map[string]" + _go_type(match.group(1))
+    if kind in _GO_SCALARS:
+        return _GO_SCALARS[kind]
+    return "v1." + kind[2:] if kind.startswith("V1") else kind
+
+
+def type_problem(value: Any, kind: str = "V1Node", path: tuple[str, ...] = (), owner: str = "") -> str | None:
+    """The error Go's JSON decoding into the typed Node gives for the first wrong-typed field
+    (``json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type
+    string``), or None. JSON null is every type's zero value; quantities are left to
+    ``quantity.parse``. The text follows encoding/json's UnmarshalTypeError (the struct that
+    holds the field, the field's dotted JSON path, the Go type), not checked against a server."""
+    if value is None or path in _QUANTITY_MAPS:
+        return None
+
+    def wrong() -> str:
+        where = f"Go struct field {owner}.{'.'.join(path)}" if path else "Go value"
+        return f"json: cannot unmarshal {_json_type(value)} into {where} of type {_go_type(kind)}"
+
+    if match := _LIST.match(kind):
+        if not isinstance(value, list):
+            return wrong()
+        return next((p for item in value if (p := type_problem(item, match.group(1), path, owner))), None)
+    if match := _DICT.match(kind):
+        if not isinstance(value, dict):
+            return wrong()
+        return next((p for item in value.values() if (p := type_problem(item, match.group(1), path, owner))), None)
+    if kind in ("str", "datetime"):
+        return None if isinstance(value, str) else wrong()
+    if kind == "int":
+        return None if isinstance(value, int) and not isinstance(value, bool) else wrong()
+    if kind == "bool":
+        return None if isinstance(value, bool) else wrong()
+    fields = _fields(kind)
+    if fields is None:  # "object": any JSON
+        return None
+    if not isinstance(value, dict):
+        return wrong()
+    struct = kind[2:] if kind.startswith("V1") else kind
+    for key, item in value.items():
+        if key in fields and (problem := type_problem(item, fields[key], path + (key,), struct)):
+            return problem
+    return None

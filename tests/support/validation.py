@@ -154,6 +154,15 @@ def is_extended_resource_name(name: str) -> bool:
             and not qualified_name_problems("requests." + name))
 
 
+INTEGER_RESOURCES = {"pods", "resourcequotas", "services", "replicationcontrollers", "secrets",
+                     "configmaps", "persistentvolumeclaims", "services.nodeports", "services.loadbalancers"}
+
+
+def is_integer_resource_name(name: str) -> bool:
+    """``helper.IsIntegerResourceName``: the integer set (``pods`` among them) or extended."""
+    return name in INTEGER_RESOURCES or is_extended_resource_name(name)
+
+
 def _standard(name: str) -> bool:
     return name in STANDARD_RESOURCES or name.startswith(("hugepages-", "attachable-volumes-"))
 
@@ -184,21 +193,45 @@ def validate_resources(status: Mapping[str, Any], check_names: bool) -> list[Cau
                 continue
             if value < 0:
                 causes.append(invalid(path, quantity.canonical(text), "must be greater than or equal to 0"))
-            if is_extended_resource_name(name) and (value * 1000).denominator == 1 and (value * 1000) % 1000 != 0:
-                causes.append(invalid(path, quantity.canonical(text), "must be an integer"))
-            elif is_extended_resource_name(name) and (value * 1000).denominator != 1:
-                causes.append(invalid(path, quantity.canonical(text), "must be an integer"))
+            if is_integer_resource_name(name):
+                milli = value * 1000  # Quantity.MilliValue() rounds up; % 1000 on that
+                milli = -((-milli.numerator) // milli.denominator)
+                if milli % 1000 != 0:
+                    causes.append(invalid(path, quantity.canonical(text), "must be an integer"))
     return causes
+
+
+def _object_meta(node: Mapping[str, Any]) -> list[Cause]:
+    """``ValidateObjectMeta`` / ``ValidateObjectMetaAccessorUpdate``: both check labels, then
+    annotations (apimachinery ``pkg/api/validation/objectmeta.go``)."""
+    meta = node.get("metadata") or {}
+    return validate_labels(meta.get("labels") or {}) + validate_annotations(meta.get("annotations") or {})
 
 
 def validate_node(node: Mapping[str, Any], *, check_resource_names: bool = True) -> list[Cause]:
-    """Every cause the real server would report for this Node (metadata, spec, status)."""
-    meta = node.get("metadata") or {}
-    causes = validate_labels(meta.get("labels") or {})
-    causes += validate_annotations(meta.get("annotations") or {})
+    """``ValidateNode``: metadata, taints (under ``metadata.taints``), resources."""
+    causes = _object_meta(node)
     causes += validate_taints((node.get("spec") or {}).get("taints") or [])
     causes += validate_resources(node.get("status") or {}, check_resource_names)
     return causes
+
+
+def validate_node_update_only(node: Mapping[str, Any], *, check_resource_names: bool = True) -> list[Cause]:
+    """``ValidateNodeUpdate``: metadata again (``ValidateObjectMetaUpdate``) and resources
+    again; no taints."""
+    return _object_meta(node) + validate_resources(node.get("status") or {}, check_resource_names)
+
+
+def validate_node_write(node: Mapping[str, Any], subresource: str | None, *,
+                        check_resource_names: bool = True) -> list[Cause]:
+    """Every cause the real server reports for an update, in its order and with its
+    repetitions: the main resource's strategy runs ``ValidateNode`` and then
+    ``ValidateNodeUpdate`` (``pkg/registry/core/node/strategy.go``), so a bad label or
+    resource is reported twice; ``/status`` runs ``ValidateNodeUpdate`` alone."""
+    update = validate_node_update_only(node, check_resource_names=check_resource_names)
+    if subresource == "status":
+        return update
+    return validate_node(node, check_resource_names=check_resource_names) + update
 
 
 def decode_problem(node: Mapping[str, Any]) -> str | None:

@@ -212,6 +212,26 @@ def test_validation_errors_are_422_status_bodies(api, core, body, reason, field,
     assert api.node("n1")["metadata"]["resourceVersion"] == rv
 
 
+def test_main_resource_update_reports_metadata_causes_twice_and_status_once(api, core):
+    """nodeStrategy.ValidateUpdate = ValidateNode + ValidateNodeUpdate, both validating the
+    ObjectMeta; nodeStatusStrategy.ValidateUpdate = ValidateNodeUpdate alone. NewInvalid puts
+    every cause in details.causes; the message comes from ToAggregate(), which drops repeats."""
+    status, got, _ = error(lambda: patch(core, {"metadata": {"labels": {"bad key": "x"}},
+                                                "spec": {"taints": [{"key": "example.com/t", "effect": "Nope"}]}}))
+    fields = [c["field"] for c in got["details"]["causes"]]
+    assert status == 422 and fields == ["metadata.labels", "metadata.taints[0].effect", "metadata.labels"]
+    assert got["details"]["causes"][0] == got["details"]["causes"][2]
+    assert got["message"] == ('Node "n1" is invalid: [metadata.labels: ' + got["details"]["causes"][0]["message"]
+                              + ", metadata.taints[0].effect: " + got["details"]["causes"][1]["message"] + "]")
+    status, got, _ = error(lambda: patch(core, [{"op": "add", "path": "/status/capacity/example.com~1x",
+                                                 "value": "-1"}], JSON_PATCH, status=True))
+    assert status == 422 and [c["field"] for c in got["details"]["causes"]] == ["status.capacity.example.com/x"]
+    assert got["message"] == 'Node "n1" is invalid: status.capacity.example.com/x: ' + got["details"]["causes"][0]["message"]
+    # a bad label written through /status: ValidateNodeUpdate checks the metadata too, once
+    status, got, _ = error(lambda: patch(core, {"metadata": {"labels": {"bad key": "x"}}}, status=True))
+    assert status == 422 and [c["field"] for c in got["details"]["causes"]] == ["metadata.labels"]
+
+
 def test_same_taint_key_with_two_effects_is_fine(core):
     taints = [{"key": "example.com/t", "effect": "NoSchedule"}, {"key": "example.com/t", "effect": "NoExecute"}]
     assert patch(core, {"spec": {"taints": taints}})["spec"]["taints"] == taints
@@ -219,6 +239,7 @@ def test_same_taint_key_with_two_effects_is_fine(core):
 
 @pytest.mark.parametrize("name, value, fragment", [
     ("example.com/half", "1500m", "must be an integer"),
+    ("pods", "1500m", "must be an integer"),  # helper.IsIntegerResourceName: pods is an integer resource
     ("example.com/neg", "-1", "must be greater than or equal to 0"),
     ("kubernetes.io/thing", "1", "doesn't follow extended resource name standard"),
     ("Example.com/x", "1", "prefix part a lowercase RFC 1123 subdomain"),
@@ -365,8 +386,13 @@ def test_faults_fail_throttle_and_scope(api, core):
         assert status == 503 and body["reason"] == "ServiceUnavailable" and headers["Retry-After"] == "2"
     assert core.read_node("n1").metadata.name == "n1"
     api.faults.throttle(retry_after=3, count=1)
-    status, body, headers = error(lambda: core.read_node("n1"))
-    assert status == 429 and headers["Retry-After"] == "3" and body["reason"] == "TooManyRequests"
+    with pytest.raises(ApiException) as info:
+        core.read_node("n1")
+    # the flow-control filter's http.Error: plain text, Retry-After, no Status
+    assert info.value.status == 429 and info.value.headers["Retry-After"] == "3"
+    assert info.value.body == b"Too many requests, please try again later.\n" or \
+        info.value.body == "Too many requests, please try again later.\n"
+    assert info.value.headers["Content-Type"] == "text/plain; charset=utf-8"
     api.faults.fail(500, count=1, verb="PATCH", path="/status")
     assert core.read_node("n1")  # not matched: a GET
     assert patch(core, {"metadata": {"labels": {"x": "1"}}})  # not matched: main resource
@@ -543,3 +569,41 @@ def test_unknown_fields_in_a_patch_are_dropped_as_the_real_server_decodes_them()
         assert node["metadata"]["labels"]["example.com/a"] == "b"
         assert "bogus" not in node["metadata"] and "bogusField" not in node["spec"]
         assert node["spec"]["taints"] == [{"key": "example.com/t", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize("patch_body, go_error", [
+    ({"metadata": {"labels": {"a.example.com/x": 1}}},
+     "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string"),
+    ({"metadata": {"annotations": {"a.example.com/x": True}}},
+     "json: cannot unmarshal bool into Go struct field ObjectMeta.metadata.annotations of type string"),
+    ({"spec": {"taints": [{"key": 7, "effect": "NoSchedule"}]}},
+     "json: cannot unmarshal number into Go struct field Taint.spec.taints.key of type string"),
+    ({"spec": {"unschedulable": "yes"}},
+     "json: cannot unmarshal string into Go struct field NodeSpec.spec.unschedulable of type bool"),
+    ({"spec": {"podCIDRs": "10.0.0.0/24"}},
+     "json: cannot unmarshal string into Go struct field NodeSpec.spec.podCIDRs of type []string"),
+    ({"metadata": {"finalizers": [1]}},
+     "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.finalizers of type string"),
+])
+def test_a_wrong_typed_field_is_422_on_patch_and_400_on_put_and_post(api, patch_body, go_error):
+    """PATCH: handlers/patch.go decodes the patched JSON and answers NewInvalid(GroupKind{}, "",
+    [Invalid(field "patch", <patched JSON>, err)]), a 422 with no kind or name; PUT/POST:
+    transformDecodeError's 400. Any field of the type, not only labels."""
+    rv = api.node("n1")["metadata"]["resourceVersion"]
+    status, body = send(api, "PATCH", "/api/v1/nodes/n1", patch_body, MERGE)
+    assert status == 422 and body["reason"] == "Invalid"
+    [cause] = body["details"]["causes"]
+    assert cause["field"] == "patch" and cause["reason"] == "FieldValueInvalid"
+    assert cause["message"].startswith('Invalid value: "{') and cause["message"].endswith("}\": " + go_error)
+    assert body["message"] == ' "" is invalid: patch: ' + cause["message"]
+    assert "kind" not in body["details"] and "name" not in body["details"]
+    node = api.node("n1")
+    for section, values in patch_body.items():
+        node.setdefault(section, {}).update(values)
+    status, body = send(api, "PUT", "/api/v1/nodes/n1", node)
+    assert (status, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == 'Node in version "v1" cannot be handled as a Node: ' + go_error
+    node = dict(node, metadata=dict(node["metadata"], name="n9", resourceVersion=None, uid=None))
+    status, body = send(api, "POST", "/api/v1/nodes", node)
+    assert (status, body["message"]) == (400, 'Node in version "v1" cannot be handled as a Node: ' + go_error)
+    assert api.node("n1")["metadata"]["resourceVersion"] == rv
