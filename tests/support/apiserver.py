@@ -849,7 +849,7 @@ class FakeApiServer:
         except ValueError as err:
             raise ApiError(400, status_body(400, "invalid timeoutSeconds")) from err
         watcher = Watcher(resource, namespace, match, since, query.get("allowWatchBookmarks") in ("true", "1"),
-                          time.monotonic() + min(timeout, self.watch_timeout))
+                          time.monotonic() + timeout)  # honoured as asked, like a real server (reference 3)
         if since is not None and self.watch_410 == "http" and self.store.too_old(since, resource, watcher.wanted):
             raise ApiError(410, gone(since, self.store.rv))
         record = RequestRecord("GET", unquote(urlsplit(handler.path).path), query, None, "", 200,

@@ -320,6 +320,24 @@ def test_watch_without_version_starts_with_added_and_ends_at_timeout(api, core):
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "n1"), ("ADDED", "n2")]
 
 
+def test_watch_length_follows_timeout_seconds_not_the_servers_default():
+    """kube-apiserver closes a watch after the ``timeoutSeconds`` the client asked for; only a
+    watch without it gets the server's own length. (It used to be capped at the default, so a
+    900 s watch ended after 300 s and idle benches never saw a real renewal: issue 13.)"""
+    import time
+
+    with FakeApiServer(watch_timeout=0.5, bookmark_interval=60) as srv:
+        srv.add_node("n1")
+        core = client.CoreV1Api(client.ApiClient(srv.client_configuration()))
+        started = time.monotonic()
+        list(watch.Watch().stream(core.list_node, timeout_seconds=2, _request_timeout=(2.0, 10.0)))
+        assert time.monotonic() - started >= 1.9
+        started = time.monotonic()
+        resp = core.list_node(watch=True, _preload_content=False, _request_timeout=(2.0, 10.0))
+        resp.read()
+        assert time.monotonic() - started < 1.5  # no timeoutSeconds: the server's 0.5 s
+
+
 def test_deleted_and_recreated_node_has_a_new_uid_and_watch_events(api, core):
     rv = core.read_node("n1").metadata.resource_version
     old_uid = api.node("n1")["metadata"]["uid"]
