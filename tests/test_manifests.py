@@ -102,8 +102,7 @@ def test_namespaced_objects_share_the_namespace_and_it_allows_hostpath():
 def test_args_parse_with_the_agent_cli():
     parser = build_parser()
     subcommands = next(a for a in parser._actions if a.dest == "command").choices
-    if "run" not in subcommands:
-        pytest.skip("the `run` subcommand is not in this checkout yet (agent/commands/run.py is being built)")
+    assert "run" in subcommands, "the DaemonSet runs `run`: the agent's CLI must have it"
     args = parser.parse_args(ARGS)
     assert args.command == "run"
     assert args.host_root == "/host"

@@ -1,10 +1,16 @@
 """cpu source: NFD's ``cpu.*`` features and ``cpu-*`` labels, derived from files.
 
-NFD executes CPUID; we read the kernel's account of it (``/proc/cpuinfo``) through the host
-seam, so a recorded tree replays exactly.  Flag names are translated in
-:mod:`agent.sources.cpu_flags`; py-cpuinfo is only a live-host fallback
+NFD executes CPUID (x86) or reads its own ELF hwcaps (arm, arm64, ppc64le, s390x); we read
+the kernel's account of the same bits through the host seam, so a recorded tree replays
+exactly: ``/proc/cpuinfo`` in every architecture's layout (:mod:`agent.sources.cpu_cpuinfo`),
+the auxiliary vector on ppc64le and ``/proc/sysinfo`` on s390x (:mod:`agent.sources.cpu_ownproc`).
+Names are translated in :mod:`agent.sources.cpu_flags`, ``cpu.model`` is built in
+:mod:`agent.sources.cpu_model`; py-cpuinfo is only a live-host fallback
 (:mod:`agent.sources.cpu_live`).  Not derivable from files, hence absent: ``AVX10_VERSION``,
-``cpu.sst`` (needs CPUID leaf 0x16) and ``RDTL3CA_NUM_CLOSID`` (needs resctrl mounted).
+``cpu.sst`` (needs CPUID leaf 0x16), ``RDTL3CA_NUM_CLOSID`` (needs resctrl mounted) and
+the x86 flags of CPUID bits Linux does not print (``fixtures/cpu/README.md`` lists them).
+riscv64 and loongarch64 get the model NFD's code gives where nothing is read
+(``VendorUnknown``) and no cpuid flags: NFD's cpu source does not build for them.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from agent.discovery import DiscoveryConfig
 from agent.features import Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 from agent.sources._sysfs import AttributeReader
-from agent.sources.cpu_flags import CpuInfoBlock, arm_model, nfd_flags, parse_first_block, x86_vendor
+from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo
+from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
+from agent.sources.cpu_model import model_attributes
+from agent.sources.cpu_ownproc import AT_HWCAP, AT_HWCAP2, AUXV, AuxvError, kernel_file, parse_auxv
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 
 NAME = "cpu"
@@ -30,13 +39,13 @@ UNLABELLED_SECURITY = frozenset({"tdx.total_keys", "sgx.epc", "sev.encrypted_sta
 #: Linux flag -> NFD ``cpu.rdt`` attribute (CPUID leaves 0x7/0xF/0x10 as the kernel reports them)
 RDT_FLAGS = {"cqm": "RDTMON", "cqm_occup_llc": "RDTCMT", "cqm_mbm_total": "RDTMBM", "cqm_mbm_local": "RDTMBM",
              "cat_l3": "RDTL3CA", "cat_l2": "RDTL2CA", "mba": "RDTMBA"}
-#: DMI ``sys_vendor`` prefix -> lowercased klauspost hypervisor vendor, for a guest whose
-#: clocksource does not already say.  KVM-based clouds report KVM in CPUID leaf 0x40000000.
-DMI_HYPERVISORS = (("Microsoft Corporation", "msvm"), ("VMware", "vmware"), ("Xen", "xenhvm"),
-                   ("BHYVE", "bhyve"), ("Amazon EC2", "kvm"), ("Google", "kvm"), ("OpenStack", "kvm"),
-                   ("Red Hat", "kvm"), ("Nutanix", "kvm"), ("DigitalOcean", "kvm"), ("Hetzner", "kvm"),
-                   ("Scaleway", "kvm"), ("Apple Inc.", "apple"))
-_CPUINFO_READ_LIMIT = 256 * 1024  # the first processor block is a few KiB even with every flag
+_CPUINFO_READ_LIMIT = 256 * 1024  # a processor block is a few KiB even with every flag
+#: layouts without a feature line: ppc64 (flags from auxv), riscv64 and loongarch64 (none in NFD)
+_NO_FLAG_LINE = ("ppc64", "riscv64", "loongarch64")
+#: Secure Execution host capability on s390x (security_s390x.go); exactly "1\n" means enabled
+PROT_VIRT_HOST = "/sys/firmware/uv/prot_virt_host"
+#: POWER9+ on-chip GZIP accelerator (coprocessor_ppc64le.go): present means ``nx_gzip``
+NX_GZIP_CAPS = "/sys/devices/vio/ibm,compression-v1/nx_gzip_caps"
 
 
 class _Probe(AttributeReader):
@@ -65,28 +74,33 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
     origins: dict[str, str] = {}
 
     arch = block.arch
-    vendor, model_attrs = _model(probe, block, origin)
+    vendor = x86_vendor(block.fields.get("vendor_id", "")) if arch == "x86" else ""
     flags, unmapped = nfd_flags(arch, block.raw_flags, vendor, block.fields)
-    if block.fields and arch and not flags:
-        probe.error(origin, "no CPU flags found")
+    if arch == "ppc64":
+        flags, flags_origin = _ppc_hwcaps(probe)
+    else:
+        flags_origin = origin
+        if block.fields and arch in ("x86", "arm64", "arm", "s390x") and not flags:
+            probe.error(origin, "no CPU flags found")
     if unmapped:
         log.debug("cpuinfo flags without an NFD name: %s", " ".join(unmapped))
     if flags:
-        features["cpuid"] = Feature(flags=flags, origin=origin)
+        features["cpuid"] = Feature(flags=flags, origin=flags_origin)
         for flag in sorted(flags):
             if _labelled_flag(flag, config):
-                _put(labels, origins, f"cpuid.{flag}", "true", origin)
+                _put(labels, origins, f"cpuid.{flag}", "true", flags_origin)
+    _, model_attrs = model_attributes(probe, block, origin, flags)
     if model_attrs:
-        model_attrs["hypervisor"] = _hypervisor(probe, arch, flags)
         features["model"] = Feature(attributes=model_attrs, origin=origin)
         for key, value in model_attrs.items():
             _put(labels, origins, f"model.{key}", value, origin)
 
     for name, attrs, path in (("cstate", _cstate(probe), f"{CPU_SYSFS}/cpuidle"),
                               ("pstate", _pstate(probe), f"{CPU_SYSFS}/intel_pstate"),
-                              ("security", _security(probe, flags), "/sys/module"),
+                              ("security", _security(probe, arch, flags), "/sys/module"),
                               ("topology", _topology(probe), "/sys/bus/cpu/devices"),
-                              ("rdt", _rdt(arch, block.raw_flags), origin)):
+                              ("rdt", _rdt(arch, block.raw_flags), origin),
+                              ("coprocessor", _coprocessor(probe, arch), NX_GZIP_CAPS)):
         if not attrs:
             continue
         features[name] = Feature(attributes=attrs, origin=path)
@@ -94,6 +108,8 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
             if name == "topology":
                 if key == "hardware_multithreading":
                     _put(labels, origins, key, value, path)
+            elif name == "coprocessor":
+                _put(labels, origins, f"coprocessor.{key}", value, path)
             elif name == "rdt" or (name == "security" and key in UNLABELLED_SECURITY):
                 continue
             else:
@@ -114,7 +130,7 @@ def _labelled_flag(flag: str, config: DiscoveryConfig) -> bool:
 
 
 def _cpuinfo_block(probe: _Probe) -> tuple[CpuInfoBlock, str]:
-    """The first processor block, from /proc/cpuinfo or, failing that, recorded/live facts."""
+    """The parsed /proc/cpuinfo or, failing that, recorded/live facts."""
     block = CpuInfoBlock()
     try:
         data = probe.host.read_bytes(CPUINFO, _CPUINFO_READ_LIMIT)
@@ -122,20 +138,21 @@ def _cpuinfo_block(probe: _Probe) -> tuple[CpuInfoBlock, str]:
         data = None
         probe.error(CPUINFO, "missing" if exc.missing else f"unreadable: {exc.reason}")
     if data is not None:
-        head = data.lstrip(b"\n").split(b"\n\n", 1)[0]
+        truncated = len(data) >= _CPUINFO_READ_LIMIT
+        if truncated:  # a huge host: keep the complete blocks read
+            data = data[:data.rfind(b"\n\n")] if b"\n\n" in data.lstrip(b"\n") else b""
         try:
-            if b"\x00" in head:
+            if truncated and not data:
+                raise ValueError("first processor block is truncated or absurdly long")
+            if b"\x00" in data:
                 raise ValueError("binary content (NUL byte)")
-            block = parse_first_block(head.decode("utf-8"))
+            block = parse_cpuinfo(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             probe.error(CPUINFO, f"not a cpuinfo text: {exc}")
         else:
-            if len(data) >= _CPUINFO_READ_LIMIT and b"\n\n" not in data:
-                probe.error(CPUINFO, "first processor block is truncated or absurdly long")
-                block = CpuInfoBlock()
-            elif not block.arch:
+            if not block.arch:
                 probe.error(CPUINFO, "no flags/Features line: unknown cpuinfo layout")
-    if block.arch and block.raw_flags:
+    if block.arch and (block.raw_flags or block.arch in _NO_FLAG_LINE):
         return block, CPUINFO
     try:
         facts, where = facts_for(probe.host)
@@ -149,53 +166,31 @@ def _cpuinfo_block(probe: _Probe) -> tuple[CpuInfoBlock, str]:
     return block, CPUINFO
 
 
-def _model(probe: _Probe, block: CpuInfoBlock, origin: str) -> tuple[str, dict[str, str]]:
-    """(vendor, ``cpu.model`` attributes without hypervisor) as klauspost reports them."""
-    fields = block.fields
-    if block.arch == "x86":
-        vendor = x86_vendor(fields.get("vendor_id", ""))
-        attrs = {"vendor_id": vendor}
-        for key, attr in (("cpu family", "family"), ("model", "id")):
-            text = fields.get(key, "")
-            if text.isascii() and text.isdigit() and len(text) < 10:
-                attrs[attr] = str(int(text))
-            else:
-                probe.error(origin, f"{key!r} is not a number: {text[:40]!r}")
-        return vendor, attrs
-    if block.arch in ("arm64", "arm"):
-        try:
-            vendor, family, model = arm_model(fields)
-        except (KeyError, ValueError) as exc:
-            probe.error(origin, f"CPU implementer/part unusable: {exc}")
-            return "", {}
-        return vendor, {"vendor_id": vendor, "family": str(family), "id": str(model)}
-    return "", {}
+def _ppc_hwcaps(probe: _Probe) -> tuple[frozenset[str], str]:
+    """ppc64le flags from AT_HWCAP/AT_HWCAP2 of the auxiliary vector (cpuinfo has none)."""
+    try:
+        data, where = kernel_file(probe.host, AUXV, 4096)
+    except HostFileError as exc:
+        probe.error(AUXV, f"unreadable: {exc.reason}; no cpu-cpuid flags")
+        return frozenset(), AUXV
+    if data is None:
+        probe.error(AUXV, "missing; ppc64 cpuinfo has no feature list, so no cpu-cpuid flags")
+        return frozenset(), AUXV
+    try:
+        vector = parse_auxv(data)
+    except AuxvError as exc:
+        probe.error(AUXV, f"{exc}; no cpu-cpuid flags")
+        return frozenset(), AUXV
+    return ppc_flags(vector.get(AT_HWCAP, 0), vector.get(AT_HWCAP2, 0)), where
 
 
-def _hypervisor(probe: _Probe, arch: str, flags: frozenset[str]) -> str:
-    """``none`` on bare metal (and always on ARM, as NFD), else klauspost's lowercased vendor.
-
-    The vendor lives in CPUID leaf 0x40000000; files give it away through the paravirtual
-    clocksource (kvm-clock, hyperv), ``/sys/hypervisor/type`` (Xen) or the DMI vendor.
-    """
-    if arch != "x86" or "HYPERVISOR" not in flags:
-        return "none"
-    if probe.attr("/sys/hypervisor/type") == "xen":
-        return "xenhvm"
-    clocks = (probe.attr("/sys/devices/system/clocksource/clocksource0/available_clocksource") or "").split()
-    if "kvm-clock" in clocks:
-        return "kvm"
-    if any(c.startswith("hyperv_clocksource") for c in clocks):
-        return "msvm"
-    if "xen" in clocks:
-        return "xenhvm"
-    dmi_vendor = probe.attr("/sys/devices/virtual/dmi/id/sys_vendor") or ""
-    if dmi_vendor == "QEMU":
-        return "qemu"  # QEMU without KVM (no kvm-clock): CPUID says TCGTCGTCGTCG
-    for prefix, name in DMI_HYPERVISORS:
-        if dmi_vendor.startswith(prefix):
-            return name
-    return "unknown"
+def _raw(probe: _Probe, path: str) -> bytes | None:
+    """The exact bytes of a small file (NFD compares some with ``"1\\n"``); error + ``None``."""
+    try:
+        return probe.host.read_bytes(path, 64)
+    except HostFileError as exc:
+        probe.error(path, f"unreadable: {exc.reason}")
+        return None
 
 
 def _cstate(probe: _Probe) -> dict[str, str]:
@@ -237,9 +232,14 @@ def _pstate(probe: _Probe) -> dict[str, str]:
     return attrs
 
 
-def _security(probe: _Probe, flags: frozenset[str]) -> dict[str, str]:
-    """SGX (EPC > 0), TDX and SEV state as security_amd64.go reports them; true-only."""
+def _security(probe: _Probe, arch: str, flags: frozenset[str]) -> dict[str, str]:
+    """SGX (EPC > 0), TDX and SEV state as security_amd64.go reports them, Secure Execution on
+    s390x as security_s390x.go; true-only."""
     attrs: dict[str, str] = {}
+    if arch == "s390x":
+        if probe.host.exists(PROT_VIRT_HOST) and _raw(probe, PROT_VIRT_HOST) == b"1\n":
+            attrs["se.enabled"] = "true"
+        return attrs
     if "SGX" in flags:
         epc = 0
         for node in probe.glob("/sys/devices/system/node/node*"):
@@ -305,3 +305,8 @@ def _rdt(arch: str, raw_flags: list[str]) -> dict[str, str]:
         return {}
     return {RDT_FLAGS[f]: "true" for f in raw_flags if f in RDT_FLAGS}
 
+
+
+def _coprocessor(probe: _Probe, arch: str) -> dict[str, str]:
+    """``nx_gzip`` on ppc64 when the NX GZIP capabilities file exists."""
+    return {"nx_gzip": "true"} if arch == "ppc64" and probe.host.exists(NX_GZIP_CAPS) else {}

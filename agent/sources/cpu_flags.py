@@ -12,7 +12,6 @@ example) are derived from the flag the kernel only shows when the bit is usable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Mapping
 
 #: Linux x86 flag -> klauspost FeatureID name(s).  Only bits whose meaning is the same CPUID
@@ -42,7 +41,7 @@ X86_FLAGS: Mapping[str, tuple[str, ...]] = {
     "serialize": ("SERIALIZE",), "hybrid_cpu": ("HYBRID_CPU",), "tsxldtrk": ("TSXLDTRK",),
     "pconfig": ("PCONFIG",), "amx_bf16": ("AMXBF16",), "amx_tile": ("AMXTILE",), "amx_int8": ("AMXINT8",),
     "amx_fp16": ("AMXFP16",), "flush_l1d": ("FLUSH_L1D",), "arch_capabilities": ("IA32_ARCH_CAP",),
-    "ibpb": ("IBPB",), "stibp": ("STIBP",), "ssbd": ("SPEC_CTRL_SSBD",),
+    "ibpb": ("IBPB",), "stibp": ("STIBP",),  # "ssbd": see x86_derived_flags
     # CPUID 7.1
     "avx_vnni": ("AVXVNNI",), "avx_ifma": ("AVXIFMA",), "cmpccxadd": ("CMPCCXADD",), "fzrm": ("MOVSB_ZL",),
     "fsrs": ("STOSB_SHORT",), "fsrc": ("CMPSB_SCADBS_SHORT",), "lam": ("LAM",), "wrmsrns": ("WRMSRNS",),
@@ -96,6 +95,31 @@ ARM32_HWCAPS: Mapping[str, str] = {
     "fastmult": "FASTMUL", "vfpv3": "VFPv3", "vfpv3d16": "VFPv3D16", "vfpv4": "VFPv4",
 }
 
+#: s390x hwcaps as Linux prints them (``hwcap_str`` in arch/s390/kernel/processor.c) -> NFD's
+#: names (``cpuid_linux_s390x.go``); NFD names the kernel's HWCAP_S390_HPAGE bit "EDAT" as Linux does.
+S390_HWCAPS: Mapping[str, str] = {
+    n: n.upper() for n in "esan3 zarch stfle msa ldisp eimm dfp edat etf3eh highgprs te vx vxd vxe gs vxe2 vxp "
+                           "sort dflt vxp2 nnpa pcimio sie".split()
+}
+
+#: ppc64 AT_HWCAP / AT_HWCAP2 bits -> NFD's names (``cpuid_linux_ppc64le.go``, bit values from
+#: the kernel's arch/powerpc/include/uapi/asm/cputable.h).  ppc cpuinfo prints no feature list;
+#: these come from the auxiliary vector (agent.sources.cpu_ownproc).
+PPC_HWCAP: Mapping[int, str] = {
+    0x80000000: "PPC32", 0x40000000: "PPC64", 0x20000000: "PPC601", 0x10000000: "ALTIVEC", 0x08000000: "FPU",
+    0x04000000: "MMU", 0x02000000: "4xxMAC", 0x01000000: "UCACHE", 0x00800000: "SPE", 0x00400000: "EFPFLOAT",
+    0x00200000: "EFPDOUBLE", 0x00100000: "NOTB", 0x00080000: "POWER4", 0x00040000: "POWER5",
+    0x00020000: "POWER5+", 0x00010000: "CELLBE", 0x00008000: "BOOKE", 0x00004000: "SMT", 0x00002000: "IC_SNOOP",
+    0x00001000: "ARCH_2_05", 0x00000800: "PA6T", 0x00000400: "DFP", 0x00000200: "POWER6X", 0x00000100: "ARCH_2_06",
+    0x00000080: "VSX", 0x00000040: "ARCHPMU", 0x00000002: "TRUE_LE", 0x00000001: "PPCLE",
+}
+PPC_HWCAP2: Mapping[int, str] = {
+    0x80000000: "ARCH_2_07", 0x40000000: "HTM", 0x20000000: "DSCR", 0x10000000: "EBB", 0x08000000: "ISEL",
+    0x04000000: "TAR", 0x02000000: "VCRYPTO", 0x01000000: "HTM-NOSC", 0x00800000: "ARCH_3_00",
+    0x00400000: "IEEE128", 0x00200000: "DARN", 0x00100000: "SCV", 0x00080000: "HTM-NO-SUSPEND",
+    0x00040000: "ARCH_3_1", 0x00020000: "MMA",
+}
+
 #: CPUID vendor string -> klauspost ``Vendor`` name (``vendorMapping`` in cpuid.go).
 X86_VENDORS: Mapping[str, str] = {
     "AMDisbetter!": "AMD", "AuthenticAMD": "AMD", "CentaurHauls": "VIA", "GenuineIntel": "Intel",
@@ -116,43 +140,15 @@ UNKNOWN_VENDOR = "VendorUnknown"
 """What klauspost's ``Vendor.String()`` prints for a vendor it does not know (NFD labels it)."""
 
 
-@dataclass(frozen=True)
-class CpuInfoBlock:
-    """The first ``processor`` block of ``/proc/cpuinfo``: key -> value, keys as the kernel wrote them."""
-
-    fields: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def arch(self) -> str:
-        """``x86``, ``arm64``, ``arm`` or ``""`` (unknown layout)."""
-        if "flags" in self.fields or "vendor_id" in self.fields:
-            return "x86"
-        if "Features" in self.fields or "CPU implementer" in self.fields:
-            return "arm" if self.fields.get("CPU architecture", "8").strip() in ("7", "6", "5TEJ") else "arm64"
-        return ""
-
-    @property
-    def raw_flags(self) -> list[str]:
-        return (self.fields.get("flags") or self.fields.get("Features") or "").split()
-
-
-def parse_first_block(text: str) -> CpuInfoBlock:
-    """Key/value lines of the first processor block (up to the first blank line)."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            if fields:
-                break
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return CpuInfoBlock(fields)
-
-
 def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
               fields: Mapping[str, str] | None = None) -> tuple[frozenset[str], list[str]]:
-    """NFD's ``cpu.cpuid`` flags for the Linux flags, and the Linux flags with no NFD name."""
+    """NFD's ``cpu.cpuid`` flags for the kernel's feature names, and the names NFD has no flag for.
+
+    ``fields`` (the cpuinfo block) gives x86 family/model and thread counts for the flags
+    klauspost derives rather than reads.  ppc64 flags come from hwcap bits instead
+    (:func:`ppc_flags`); riscv64 and loongarch64 have none in NFD (its cpu source does not
+    build for them, ``cpuid_stub.go``).
+    """
     out: set[str] = set()
     unmapped: list[str] = []
     if arch == "x86":
@@ -160,13 +156,11 @@ def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
             names = X86_FLAGS.get(flag) or (AMD_ONLY_FLAGS.get(flag) if vendor in ("AMD", "Hygon") else None)
             if names:
                 out.update(names)
-            else:
+            elif flag not in ("ssbd", "virt_ssbd"):
                 unmapped.append(flag)
-        out.update(x86_levels(out))
-        if fields is not None and x86_htt(fields):
-            out.add("HTT")
-    elif arch in ("arm64", "arm"):
-        table = ARM64_HWCAPS if arch == "arm64" else ARM32_HWCAPS
+        out = x86_derived_flags(out, set(raw_flags), vendor, fields or {})
+    elif arch in ("arm64", "arm", "s390x"):
+        table = {"arm64": ARM64_HWCAPS, "arm": ARM32_HWCAPS, "s390x": S390_HWCAPS}[arch]
         for flag in raw_flags:
             if flag in table:
                 out.add(table[flag])
@@ -175,8 +169,53 @@ def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
     return frozenset(out), unmapped
 
 
+def ppc_flags(hwcap: int, hwcap2: int) -> frozenset[str]:
+    """NFD's ppc64le flags: the names of the set AT_HWCAP / AT_HWCAP2 bits it knows."""
+    return frozenset([name for bit, name in PPC_HWCAP.items() if hwcap & bit]
+                     + [name for bit, name in PPC_HWCAP2.items() if hwcap2 & bit])
+
+
+def x86_derived_flags(flags: set[str], raw: set[str], vendor: str, fields: Mapping[str, str]) -> set[str]:
+    """Add and drop what klauspost ``support()`` derives instead of reading one CPUID bit.
+
+    * ``AVXSLOW``: AVX on Intel family 6 before Haswell (model < 60) or AMD before Zen 2
+      (family < 23, or 23 with model < 49).
+    * ``SPEC_CTRL_SSBD``: klauspost reads Intel's CPUID 7.EDX[31] or AMD's 0x80000008
+      EBX[24].  Linux prints the Intel bit as ``ssbd`` but hides AMD's, and also prints
+      ``ssbd`` when it disables store bypass another way (the LS_CFG MSR on families
+      15h-17h before Zen 2 and Hygon, or the VIRT_SSBD interface, shown as ``virt_ssbd``).
+      So on AMD the bit is taken as set exactly where AMD's CPUs have it: family 17h from
+      model 30h (Zen 2) and every later family, as the CPUID dumps in klauspost's own
+      ``testdata/cpuid_data.zip`` show (none before, every one from there; no Hygon has it).
+    * ``XOP``/``FMA4`` only with AVX; ``HTT`` only on Intel and AMD with more than one
+      thread per core; the psABI levels ``X86_64_V1..V4``.
+    """
+    out = set(flags)
+    family, model = _number(fields.get("cpu family", "")), _number(fields.get("model", ""))
+    if "AVX" in out and family is not None and model is not None:
+        if (vendor == "Intel" and family == 6 and model < 60) or (
+                vendor == "AMD" and (family < 23 or (family == 23 and model < 49))):
+            out.add("AVXSLOW")
+    if "ssbd" in raw and "virt_ssbd" not in raw:
+        if vendor == "AMD":
+            if family is not None and model is not None and (family > 0x17 or (family == 0x17 and model >= 0x30)):
+                out.add("SPEC_CTRL_SSBD")
+        elif vendor != "Hygon":
+            out.add("SPEC_CTRL_SSBD")
+    if "AVX" not in out:
+        out -= {"XOP", "FMA4"}
+    if vendor in ("Intel", "AMD") and x86_htt(fields):
+        out.add("HTT")
+    out.update(x86_levels(out))
+    return out
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
+
+
 def x86_htt(fields: Mapping[str, str]) -> bool:
-    """klauspost's HTT: the ``ht`` bit *and* more than one thread per core."""
+    """klauspost's HTT: the ``ht`` bit *and* more than one thread per core (vendor checked by the caller)."""
     if "ht" not in fields.get("flags", "").split():
         return False
     siblings, cores = fields.get("siblings", ""), fields.get("cpu cores", "")

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from agent.hostfs import HostFS
-from agent.sources.cpu_flags import CpuInfoBlock
+from agent.sources.cpu_cpuinfo import CpuInfoBlock
 
 log = logging.getLogger(__name__)
 

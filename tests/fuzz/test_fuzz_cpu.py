@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.discovery import DiscoveryConfig
-from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, X86_FLAGS, parse_first_block
+from agent.sources.cpu_cpuinfo import parse_cpuinfo
+from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, X86_FLAGS
 from agent.sources.cpu_live import LIVE_FACTS_PATH
 from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, huge, merge, slot, slots, value_bytes
 from tests.fuzz.properties import check_source
@@ -123,7 +124,7 @@ def test_cpu_source_survives_any_tree(spec, config):
 @given(text=st.text(max_size=400))
 def test_parse_first_block_total(text):
     """Pure parser: any text gives a block whose fields come from the text's first block."""
-    block = parse_first_block(text)
+    block = parse_cpuinfo(text)
     assert block.arch in ("", "x86", "arm", "arm64")
     for key, value in block.fields.items():
         assert key == key.strip() and value == value.strip()
