@@ -273,10 +273,11 @@ def test_every_host_file_discovery_reads_is_mounted(case):
     host = HostFS(root, recorder=read.add)
     discover(host, DiscoveryConfig())
     from agent.sources.cpu import LIVE_FACTS_PATH  # written by snapshot, never on a real host
+    from agent.sources.cpu_ownproc import OWN_PROC_FILES  # kernel-wide: read from the agent's own /proc in a pod
 
     mounted = [h for h in host_mounts() if h != UDEV_MOUNT]
     plain = HostFS(root)
-    present = {p for p in read if plain.exists(p) and p != LIVE_FACTS_PATH and p != "/"
+    present = {p for p in read if plain.exists(p) and p != LIVE_FACTS_PATH and p not in OWN_PROC_FILES and p != "/"
                and not any(p == u or p.startswith(u + "/") for u in UNMOUNTABLE)}
     unmounted = sorted(p for p in present if not any(p == m or p.startswith(m.rstrip("/") + "/") for m in mounted)
                        and not any(m.startswith(p.rstrip("/") + "/") for m in mounted))
