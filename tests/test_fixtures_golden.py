@@ -35,7 +35,7 @@ UPDATE = os.environ.get("UPDATE_GOLDENS", "") not in ("", "0")
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
 REQUIRED_CASES = {
     "coral-usb-boot", "coral-usb", "coral-pcie", "coral-devboard", "raspberry-pi-4",
-    "intel-server", "nvidia-8gpu", "amd-gpu", "minimal",
+    "intel-server", "nvidia-8gpu", "amd-gpu", "minimal", "dgx-usb-lab",
 }
 
 #: case -> reason, for a source known to be wrong on that case (the golden then holds the
@@ -131,6 +131,24 @@ EXPECTATIONS: dict[str, dict] = {
                    "kernel-version.full": "6.1.0-18-cloud-amd64"},
         "absent": ["memory-swap", "memory-numa", "storage-nonrotationaldisk", "network-sriov.capable"],
         "no_label_prefix": ["pci-", "usb-"],
+    },
+    "dgx-usb-lab": {
+        # hand count from fixtures/hosts_lab.py: 2 root hubs + 16 hubs (class 09), the BMC's 2 HID
+        # interfaces, 104 rack devices of which the class-00 ones expand per interface
+        # (15 x 18d1:9302, 15 x 1a6e:089a, 15 x FTDI, 15 x CP2102, 14 YubiKeys x 3), 15 Arduinos
+        # (class 02) and 15 C920s (class ef) one instance each: 18 + 2 + 60 + 42 + 30 = 152
+        "labels": {"usb-ff_18d1_9302.present": "true", "usb-fe_1a6e_089a.present": "true",
+                   "usb-ff_0403_6001.present": "true", "usb-ff_10c4_ea60.present": "true",
+                   "usb-ef_046d_082d.present": "true", "pci-0302_10de.present": "true",
+                   "network-sriov.configured": "true"},
+        "absent": ["usb-02_2341_0043.present", "usb-09_1a40_0201.present", "usb-03_1050_0407.present",
+                   "usb-0b_1050_0407.present", "usb-ff_1050_0407.present"],
+        "instances": {"usb.device": [{"class": "ff", "vendor": "0403", "device": "6001", "serial": "A10K0002",
+                                     "sysfs_name": "1-2.3", "driver": "ftdi_sio", "interface": "1-2.3:1.0"},
+                                    {"class": "0b", "vendor": "1050", "device": "0407", "interface": "1-2.7.1:1.2"},
+                                    {"class": "ef", "vendor": "046d", "device": "082d", "driver": "uvcvideo"},
+                                    {"class": "09", "vendor": "1a40", "device": "0201", "sysfs_name": "1-9.7"}]},
+        "instance_counts": {"pci.device": 400, "usb.device": 152},
     },
     "nvidia-8gpu": {
         "labels": {"pci-0302_10de.present": "true", "pci-0300_1a03.present": "true",
