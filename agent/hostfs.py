@@ -8,6 +8,16 @@ the live host, and refuses any path that would escape the root.
 
 An optional ``recorder`` callback sees every host path that was read or listed; ``snapshot``
 uses it to copy exactly the files the sources looked at.
+
+How a path is opened (the hot loop of discovery, see ``bench/discovery.py``): a path's *parent
+directory* is resolved once per pass and kept open as an ``O_PATH`` descriptor; the leaf is then
+opened relative to it with ``O_NOFOLLOW``, so reading the thirty attributes of one device costs
+one short lookup each.  A directory is resolved inside the root by the kernel itself where it can
+(``openat2`` with ``RESOLVE_IN_ROOT``, Linux >= 5.6, through ``ctypes``: absolute links and ``..``
+stay under the root, race-free), otherwise by :meth:`HostFS.resolve`'s walk in Python (the
+fallback, also used when seccomp refuses ``openat2``).  A leaf that is itself a symlink fails
+``O_NOFOLLOW`` with ``ELOOP`` and is then resolved the same way.  On the live host (root ``/``)
+there is nothing to confine and the kernel follows links as usual.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ import fnmatch
 import os
 import posixpath
 import stat
+import sys
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +45,64 @@ _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ENOTDIR
 #: read-only, close-on-exec, and non-blocking so a FIFO with no writer cannot hang discovery
 #: (no effect on regular files)
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+_O_PATH = getattr(os, "O_PATH", 0)
+_DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: open directory descriptors kept per pass; sources read one directory's files together, so a
+#: small FIFO keeps nearly every hit while staying far below any RLIMIT_NOFILE
+_MAX_DIR_FDS = 64
+
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+_SYS_OPENAT2 = 437  # the same number on every architecture since 5.6 (asm-generic table)
+_OPENAT2_ARCHES = {"x86_64", "aarch64", "arm64", "armv7l", "armv8l", "riscv64", "ppc64le", "s390x", "i686", "i386"}
+
+#: ``syscall`` from libc, set up by :func:`_openat2_available`; module level so a bench can wrap it
+_SYSCALL = None
+_OPEN_HOW = None
+_openat2_state: bool | None = None
+
+
+def _openat2_available() -> bool:
+    """Whether this kernel (and its seccomp filter) lets us call ``openat2``; probed once."""
+    global _SYSCALL, _OPEN_HOW, _openat2_state
+    if _openat2_state is not None:
+        return _openat2_state
+    _openat2_state = False
+    if not sys.platform.startswith("linux") or os.uname().machine not in _OPENAT2_ARCHES or not _O_PATH:
+        return False
+    try:
+        import ctypes  # only under a host root other than "/": the live host never needs it
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+        syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+
+        class OpenHow(ctypes.Structure):
+            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+        _SYSCALL, _OPEN_HOW = syscall, OpenHow
+        probe = _openat2(-100, "/", _DIR_FLAGS)  # AT_FDCWD
+        os.close(probe)
+        _openat2_state = True
+    except (OSError, AttributeError, ImportError):
+        _SYSCALL = _OPEN_HOW = None
+    return _openat2_state
+
+
+def _openat2(dirfd: int, path: str, flags: int) -> int:
+    """``openat2(dirfd, path, {flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS})`` or OSError."""
+    import ctypes
+
+    if "\x00" in path:
+        raise OSError(errno.ENOENT, "NUL byte in path", path)
+    how = _OPEN_HOW(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+    fd = _SYSCALL(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return fd
 
 
 class HostFileError(OSError):
@@ -48,7 +118,10 @@ class HostFileError(OSError):
 class HostFS:
     """Read-only view of the host's files under ``root``."""
 
-    def __init__(self, root: str | os.PathLike[str] = "/", recorder: Callable[[str], None] | None = None):
+    def __init__(self, root: str | os.PathLike[str] = "/", recorder: Callable[[str], None] | None = None,
+                 *, kernel_resolve: bool | None = None):
+        """``kernel_resolve``: confine paths with ``openat2`` (``None``: where the kernel has it;
+        ``False``: always the Python walk, which tests use to keep the fallback honest)."""
         self.root = Path(os.path.abspath(os.fspath(root)))
         self._recorder = recorder
         # Plain strings, not pathlib objects: discovery maps tens of thousands of paths per pass
@@ -56,6 +129,18 @@ class HostFS:
         self._prefix = "" if str(self.root) == "/" else str(self.root)
         #: host path -> host path with every symlink followed; valid for one discovery pass
         self._resolved: dict[str, str] = {}
+        #: host directory path -> open O_PATH descriptor of it (resolved inside the root); one pass
+        self._dirfds: dict[str, int] = {}
+        self._rootfd = -1
+        #: the thread that owns the descriptor cache (the first to read); another thread reading
+        #: through the same seam takes the uncached path, so a descriptor is never closed under it
+        self._owner: int | None = None
+        self._claim = threading.Lock()
+        if kernel_resolve is None:
+            kernel_resolve = bool(self._prefix) and _openat2_available()
+        elif kernel_resolve and not _openat2_available():
+            raise OSError(errno.ENOSYS, "openat2 is not available on this kernel")
+        self._kernel_resolve = bool(self._prefix) and kernel_resolve
 
     # -- path mapping -----------------------------------------------------------------
     @property
@@ -66,7 +151,10 @@ class HostFS:
     @staticmethod
     def _normalise(host_path: str) -> str:
         # normpath keeps exactly two leading slashes ("//x" stays "//x", POSIX lets them mean
-        # something); resolving such a path recursed forever, so every path gets exactly one
+        # something); resolving such a path recursed forever, so every path gets exactly one.
+        # Sources build clean absolute paths: those skip normpath (a quarter of a read's cost).
+        if host_path[:1] == "/" and "//" not in host_path and "/." not in host_path and host_path[-1:] != "/":
+            return host_path
         return posixpath.normpath("/" + host_path.lstrip("/"))
 
     def _under_root(self, norm: str) -> str:
@@ -80,8 +168,39 @@ class HostFS:
         return Path(self._under_root(self._normalise(host_path)))
 
     def clear_cache(self) -> None:
-        """Forget resolved paths; call before each discovery pass (devices come and go)."""
+        """Forget resolved paths and open directories; call before each discovery pass
+        (devices come and go)."""
         self._resolved.clear()
+        if self._owner in (None, threading.get_ident()):
+            self._close_dirfds()
+
+    def _owns_descriptors(self) -> bool:
+        ident = threading.get_ident()
+        if self._owner == ident:
+            return True
+        with self._claim:
+            if self._owner is None:
+                self._owner = ident
+        return self._owner == ident
+
+    def close(self) -> None:
+        """Release every descriptor the seam holds (it reopens what it needs on next use)."""
+        self._close_dirfds()
+        if self._rootfd >= 0:
+            fd, self._rootfd = self._rootfd, -1
+            os.close(fd)
+
+    def _close_dirfds(self) -> None:
+        fds = list(self._dirfds.values())
+        self._dirfds.clear()
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: os may already be gone
+            pass
 
     def real_path(self, host_path: str) -> Path:
         """The real path to open for ``host_path``, every symlink followed *inside* the root."""
@@ -140,6 +259,84 @@ class HostFS:
         self._resolved[norm] = current
         return current
 
+    # -- descriptors --------------------------------------------------------------------
+    def _root_descriptor(self) -> int:
+        if self._rootfd < 0:
+            self._rootfd = os.open(self._prefix, _DIR_FLAGS)
+        return self._rootfd
+
+    def _dirfd(self, directory: str) -> int:
+        """An ``O_PATH`` descriptor of a normalised host directory, resolved inside the root.
+
+        Raises ``OSError`` (ENOENT, ENOTDIR, ELOOP...) or :class:`HostFileError` (a link loop
+        met by the Python walk)."""
+        fd = self._dirfds.get(directory)
+        if fd is not None:
+            return fd
+        if not self._prefix:
+            fd = os.open(directory, _DIR_FLAGS)
+        elif directory == "/":
+            fd = os.open(self._prefix, _DIR_FLAGS)
+        elif self._kernel_resolve:
+            fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
+        else:
+            # every link on the way already followed inside the root: nothing left to follow
+            fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
+        if len(self._dirfds) >= _MAX_DIR_FDS:
+            oldest = next(iter(self._dirfds))
+            os.close(self._dirfds.pop(oldest))
+        self._dirfds[directory] = fd
+        return fd
+
+    def _open(self, norm: str, flags: int) -> int:
+        """Open a normalised host path inside the root: parent descriptor + ``O_NOFOLLOW`` leaf;
+        a leaf that is a link is resolved inside the root first.  Raises ``OSError``."""
+        if norm == "/":
+            return os.open(self._prefix or "/", flags)
+        parent, _, leaf = norm.rpartition("/")
+        if "\x00" in norm:
+            raise OSError(errno.ENOENT, "NUL byte in path", norm)
+        if not self._owns_descriptors():
+            return os.open(self._real(norm), flags)
+        dirfd = self._dirfd(parent or "/")
+        if not self._prefix:
+            return os.open(leaf, flags, dir_fd=dirfd)  # the live host: the kernel follows links
+        try:
+            return os.open(leaf, flags | os.O_NOFOLLOW, dir_fd=dirfd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+        if self._kernel_resolve:
+            return _openat2(self._root_descriptor(), norm[1:], flags)
+        return os.open(self._under_root(self._resolve_norm(norm, [0])), flags | os.O_NOFOLLOW)
+
+    def _lstat(self, norm: str) -> os.stat_result:
+        """``lstat`` of a normalised host path (parents resolved inside the root); OSError."""
+        if norm == "/":
+            return os.lstat(self._prefix or "/")
+        if "\x00" in norm:
+            raise OSError(errno.ENOENT, "NUL byte in path", norm)
+        parent, _, leaf = norm.rpartition("/")
+        if not self._owns_descriptors():
+            return os.lstat(self._real(parent or "/").rstrip("/") + "/" + leaf)
+        return os.stat(leaf, dir_fd=self._dirfd(parent or "/"), follow_symlinks=False)
+
+    def _stat(self, norm: str) -> os.stat_result:
+        """``stat`` of a normalised host path, links followed inside the root; OSError."""
+        status = self._lstat(norm)
+        if not stat.S_ISLNK(status.st_mode):
+            return status
+        if not self._prefix:
+            return os.stat(norm)
+        if self._kernel_resolve:
+            fd = _openat2(self._root_descriptor(), norm[1:], _O_PATH | os.O_CLOEXEC)
+            try:
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
+        # the walk follows every link inside the root; what is left can only be a dangling one
+        return os.stat(self._under_root(self._resolve_norm(norm, [0])), follow_symlinks=False)
+
     # -- reads --------------------------------------------------------------------------
     def _record(self, host_path: str) -> None:
         if self._recorder is not None:
@@ -151,26 +348,36 @@ class HostFS:
         Only regular files are read (sysfs and procfs attributes are regular files): a FIFO
         planted in the host tree would block a plain open, and discovery, forever, so files
         are opened non-blocking and anything but a regular file is refused.
+
+        One ``read`` per file where the file states its size (sysfs attributes, whose one
+        ``show()`` fills the first read; device-tree properties; files on disk): a short read
+        is its end.  Files that report size 0 (procfs) hand out a page per read and are read
+        until the kernel says end of file.
         """
         self._record(host_path)
+        norm = self._normalise(host_path)
         try:
             # raw descriptors, not io objects: this is the hottest call of a discovery pass
-            fd = os.open(self._real(self._normalise(host_path)), _READ_FLAGS)
+            fd = self._open(norm, _READ_FLAGS)
             try:
-                mode = os.fstat(fd).st_mode
+                status = os.fstat(fd)
+                mode = status.st_mode
                 if stat.S_ISDIR(mode):  # os.open succeeds on a directory where open() would not
                     raise HostFileError(host_path, os.strerror(errno.EISDIR))
                 if not stat.S_ISREG(mode):
                     raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
-                chunks = []
-                left = max_bytes
+                data = os.read(fd, max_bytes)
+                if status.st_size and len(data) < max_bytes or not data:
+                    return data
+                chunks = [data]
+                left = max_bytes - len(data)
                 while left > 0:
                     chunk = os.read(fd, left)
                     if not chunk:
                         break
                     chunks.append(chunk)
                     left -= len(chunk)
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                return b"".join(chunks)
             finally:
                 os.close(fd)
         except HostFileError:
@@ -203,6 +410,14 @@ class HostFS:
                 return None
             raise
 
+    def _listing_fd(self, host_path: str) -> int:
+        norm = self._normalise(host_path)
+        if "\x00" in norm:
+            raise OSError(errno.ENOENT, "NUL byte in path", norm)
+        if not self._owns_descriptors():
+            return os.open(self._real(norm), _LIST_FLAGS)
+        return os.open(".", _LIST_FLAGS, dir_fd=self._dirfd(norm))
+
     def listdir(self, host_path: str) -> list[str]:
         """Sorted entry names; ``[]`` when the directory does not exist.
 
@@ -210,10 +425,35 @@ class HostFS:
         """
         self._record(host_path)
         try:
-            return sorted(os.listdir(self._real(self._normalise(host_path))))
+            fd = self._listing_fd(host_path)
+            try:
+                return sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
+        except HostFileError:
+            raise
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENODEV):
                 return []
+            raise HostFileError(host_path, exc.strerror or type(exc).__name__) from exc
+
+    def entries(self, host_path: str) -> dict[str, bool]:
+        """Entry name -> whether it is a symlink, from one listing (``d_type``, no stat per entry);
+        ``{}`` when the directory does not exist.  Lets a source decide which optional files to
+        read from what is there instead of paying a failed open for each absent one."""
+        self._record(host_path)
+        try:
+            fd = self._listing_fd(host_path)
+            try:
+                with os.scandir(fd) as scan:
+                    return {entry.name: entry.is_symlink() for entry in scan}
+            finally:
+                os.close(fd)
+        except HostFileError:
+            raise
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENODEV):
+                return {}
             raise HostFileError(host_path, exc.strerror or type(exc).__name__) from exc
 
     def glob(self, host_pattern: str) -> list[str]:
@@ -225,40 +465,45 @@ class HostFS:
         """True when the path (or a dangling link at it) exists."""
         self._record(host_path)
         try:
-            return os.path.lexists(self._real(self._normalise(host_path)))
-        except HostFileError:
+            self._lstat(self._normalise(host_path))
+            return True
+        except OSError:
             return False
 
     def is_dir(self, host_path: str) -> bool:
         self._record(host_path)  # a kind test decides what discovery does: snapshot must keep it
         try:
-            return os.path.isdir(self._real(self._normalise(host_path)))
-        except HostFileError:
+            return stat.S_ISDIR(self._stat(self._normalise(host_path)).st_mode)
+        except OSError:
             return False
 
     def is_file(self, host_path: str) -> bool:
         self._record(host_path)
         try:
-            return os.path.isfile(self._real(self._normalise(host_path)))
-        except HostFileError:
+            return stat.S_ISREG(self._stat(self._normalise(host_path)).st_mode)
+        except OSError:
             return False
 
     def is_link(self, host_path: str) -> bool:
         """Whether the leaf itself is a symlink (its parent directories are resolved)."""
         norm = self._normalise(host_path)
         self._record(norm)
-        directory, leaf = posixpath.split(norm)
         try:
-            return os.path.islink(self._real(directory).rstrip("/") + "/" + leaf)
-        except HostFileError:
+            return stat.S_ISLNK(self._lstat(norm).st_mode)
+        except OSError:
             return False
 
     def readlink(self, host_path: str) -> str | None:
         """The raw target of a symlink, or ``None`` when ``host_path`` is not a link."""
         self._record(host_path)
-        directory, leaf = posixpath.split(self._normalise(host_path))
+        norm = self._normalise(host_path)
+        if norm == "/" or "\x00" in norm:
+            return None
+        parent, _, leaf = norm.rpartition("/")
         try:
-            return os.readlink(self._real(directory).rstrip("/") + "/" + leaf)
+            if not self._owns_descriptors():
+                return os.readlink(self._real(parent or "/").rstrip("/") + "/" + leaf)
+            return os.readlink(leaf, dir_fd=self._dirfd(parent or "/"))
         except OSError:
             return None
 

@@ -11,9 +11,10 @@ How the baseline (the floor) is built, printed with the figures too:
    never re-derived from what the path turns out to be.  Only the outermost seam call counts
    (``read_attr`` -> ``read_text`` -> ``read_bytes`` is one read).
 2. The floor replays exactly that list with the cheapest syscalls that do each job, the kernel
-   resolving every path itself (no Python resolver, no checks): ``open``+one ``read``+``close``
-   per file read (failed opens included where discovery asked for a missing file), one
-   ``listdir``/``scandir`` per listing, ``readlink``, ``lstat``/``stat``, and
+   resolving every path itself (no Python resolver, no checks): each distinct parent directory
+   opened once (``O_PATH``) and every leaf looked up relative to it, then ``open``+one
+   ``read``+``close`` per file read (failed opens included where discovery asked for a missing
+   file), ``open``+``getdents`` per listing, ``readlinkat``, ``fstatat``, and
    ``open(O_PATH)``+``readlink(/proc/self/fd/N)`` per resolution.
 3. Discovery and the floor run alternately in this process, ``--runs`` times each, and the
    same again per source (each source's own operation list), so both see the same cache and
@@ -48,7 +49,7 @@ from agent.sources import SOURCE_NAMES  # noqa: E402
 
 #: seam method -> the floor operation it asks for
 _TRACED = {
-    "read_bytes": "read", "listdir": "list", "scandir": "scan", "readlink": "readlink",
+    "read_bytes": "read", "listdir": "list", "entries": "scan", "readlink": "readlink",
     "exists": "lstat", "is_link": "lstat", "is_dir": "stat", "is_file": "stat", "resolve": "resolve",
 }
 
@@ -90,45 +91,69 @@ def record(root: Path, config: DiscoveryConfig, sources: list[str] | None = None
     return host.ops
 
 
-def floor_plan(root: Path, ops: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+def floor_plan(root: Path, ops: list[tuple[str, str, int]]) -> list[tuple[str, str, str, int]]:
+    """``(kind, real parent directory, leaf, max bytes)`` per operation."""
     prefix = "" if str(root) == "/" else str(root)
-    return [(kind, prefix + "/" + path.lstrip("/"), size) for kind, path, size in ops]
+    plan = []
+    for kind, path, size in ops:
+        real = prefix + "/" + path.strip("/")
+        parent, _, leaf = real.rpartition("/")
+        plan.append((kind, parent or "/", leaf or ".", size))
+    return plan
 
 
 _READ = os.O_RDONLY | os.O_CLOEXEC
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC
+_DIR = _O_PATH | os.O_DIRECTORY
 
 
-def run_floor(plan: list[tuple[str, str, int]]) -> None:
-    """The plan's operations with nothing but the syscalls (errors cost what they cost)."""
-    for kind, real, size in plan:
-        try:
-            if kind == "read":
-                fd = os.open(real, _READ)
-                try:
-                    os.read(fd, size)
-                finally:
-                    os.close(fd)
-            elif kind == "list":
-                os.listdir(real)
-            elif kind == "scan":
-                with os.scandir(real) as entries:
-                    for _ in entries:
-                        pass
-            elif kind == "readlink":
-                os.readlink(real)
-            elif kind == "lstat":
-                os.lstat(real)
-            elif kind == "stat":
-                os.stat(real)
-            else:  # resolve: the kernel's own walk, then its answer
-                fd = os.open(real, _O_PATH)
-                try:
-                    os.readlink(f"/proc/self/fd/{fd}")
-                finally:
-                    os.close(fd)
-        except OSError:
-            pass
+def run_floor(plan: list[tuple[str, str, str, int]]) -> None:
+    """The plan's operations with nothing but the syscalls (errors cost what they cost).
+
+    Each distinct parent directory is opened once (``O_PATH``, the kernel following links) and
+    every leaf is looked up relative to it, so the floor never pays a full path walk per file:
+    whatever descriptor reuse discovery does, the floor does too."""
+    dirfds: dict[str, int] = {}
+    try:
+        for kind, parent, leaf, size in plan:
+            try:
+                dirfd = dirfds.get(parent)
+                if dirfd is None:
+                    dirfd = dirfds[parent] = os.open(parent, _DIR)
+                if kind == "read":
+                    fd = os.open(leaf, _READ, dir_fd=dirfd)
+                    try:
+                        os.read(fd, size)
+                    finally:
+                        os.close(fd)
+                elif kind == "list" or kind == "scan":
+                    fd = os.open(leaf, _READ | os.O_DIRECTORY, dir_fd=dirfd)
+                    try:
+                        if kind == "list":
+                            os.listdir(fd)
+                        else:
+                            with os.scandir(fd) as entries:
+                                for _ in entries:
+                                    pass
+                    finally:
+                        os.close(fd)
+                elif kind == "readlink":
+                    os.readlink(leaf, dir_fd=dirfd)
+                elif kind == "lstat":
+                    os.stat(leaf, dir_fd=dirfd, follow_symlinks=False)
+                elif kind == "stat":
+                    os.stat(leaf, dir_fd=dirfd)
+                else:  # resolve: the kernel's own walk, then its answer
+                    fd = os.open(leaf, _O_PATH, dir_fd=dirfd)
+                    try:
+                        os.readlink(f"/proc/self/fd/{fd}")
+                    finally:
+                        os.close(fd)
+            except OSError:
+                pass
+    finally:
+        for fd in dirfds.values():
+            os.close(fd)
 
 
 class _CountingOs:
@@ -254,9 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     kinds = Counter(kind for kind, _, _ in ops)
     print(f"case: {root if args.root else args.case}   runs: {args.runs}   python: {sys.version.split()[0]}")
     print("baseline: the seam operations one discovery pass performed (recorded by a tracing HostFS, outermost "
-          "call only), replayed as bare syscalls with the kernel resolving each path (open+read+close, listdir/"
-          "scandir, readlink, lstat/stat, O_PATH open+readlink for a resolution), interleaved with discovery "
-          "in this process")
+          "call only), replayed as bare syscalls, the kernel resolving each path, every distinct parent directory "
+          "opened once and leaves looked up relative to it (open+read+close, open+getdents, readlinkat, fstatat, "
+          "O_PATH open+readlink for a resolution), interleaved with discovery in this process")
     print(f"operations per pass: {len(ops)} ({len(set((k, p) for k, p, _ in ops))} distinct): "
           + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
     print(f"syscalls discovery issued for them: {sum(syscalls.values())}: "

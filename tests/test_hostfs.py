@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
+import threading
 
 import pytest
 
-from agent.hostfs import HostFileError, HostFS
+import agent.hostfs as hostfs_module
+from agent.hostfs import HostFileError
+from agent.hostfs import HostFS as SeamHostFS
+
+#: every test runs against both ways of confining paths: the kernel's (openat2 with
+#: RESOLVE_IN_ROOT, where this kernel has it) and the Python walk that is its fallback
+RESOLVERS = ["python"] + (["kernel"] if hostfs_module._openat2_available() else [])
+
+
+@pytest.fixture(params=RESOLVERS)
+def HostFS(request):  # noqa: N802 - stands in for the class in every test below
+    return functools.partial(SeamHostFS, kernel_resolve=request.param == "kernel")
 
 
 @pytest.fixture
@@ -26,7 +40,7 @@ def tree(tmp_path):
     return tmp_path
 
 
-def test_reads_through_relative_and_absolute_links(tree):
+def test_reads_through_relative_and_absolute_links(tree, HostFS):
     host = HostFS(tree)
     assert host.read_attr("/sys/bus/pci/devices/0000:00:02.0/vendor") == "0x8086"
     assert host.read_attr("/sys/bus/pci/devices/absolute/vendor") == "0x8086"
@@ -34,7 +48,7 @@ def test_reads_through_relative_and_absolute_links(tree):
     assert host.link_name("/sys/bus/pci/devices/0000:00:02.0/driver") == "i915"
 
 
-def test_missing_is_none_and_junk_is_an_error(tree):
+def test_missing_is_none_and_junk_is_an_error(tree, HostFS):
     host = HostFS(tree)
     assert host.read_attr("/sys/devices/nothing/here") is None
     with pytest.raises(HostFileError) as err:
@@ -43,13 +57,13 @@ def test_missing_is_none_and_junk_is_an_error(tree):
     assert host.listdir("/sys/no/such/dir") == []
 
 
-def test_dotdot_cannot_escape_root(tree):
+def test_dotdot_cannot_escape_root(tree, HostFS):
     host = HostFS(tree)
     assert host.path("/../../etc/passwd") == tree / "etc/passwd"
     assert host.resolve("/sys/../../../etc") == "/etc"
 
 
-def test_unreadable_file_is_an_error_not_missing(tree):
+def test_unreadable_file_is_an_error_not_missing(tree, HostFS):
     target = tree / "sys/devices/pci0000:00/0000:00:02.0/vendor"
     target.chmod(0)
     try:
@@ -62,7 +76,7 @@ def test_unreadable_file_is_an_error_not_missing(tree):
         target.chmod(0o644)
 
 
-def test_recorder_sees_every_path_read(tree):
+def test_recorder_sees_every_path_read(tree, HostFS):
     seen: list[str] = []
     host = HostFS(tree, recorder=seen.append)
     host.read_attr("/sys/bus/pci/devices/0000:00:02.0/vendor")
@@ -71,12 +85,12 @@ def test_recorder_sees_every_path_read(tree):
     assert "/sys/bus/pci/devices" in seen
 
 
-def test_glob_last_component(tree):
+def test_glob_last_component(tree, HostFS):
     host = HostFS(tree)
     assert host.glob("/sys/bus/pci/devices/0000:*") == ["/sys/bus/pci/devices/0000:00:02.0"]
 
 
-def test_dotdot_after_a_link_steps_up_from_the_link_target_as_the_kernel_does(tmp_path):
+def test_dotdot_after_a_link_steps_up_from_the_link_target_as_the_kernel_does(tmp_path, HostFS):
     # /sys/class/net/eth0 -> ../../devices/pci0000:00/0000:00:03.0/net/eth0, and
     # eth0/device -> ../../../0000:00:03.0: ".." must walk the *target's* parents.
     device = tmp_path / "sys/devices/pci0000:00/0000:00:03.0"
@@ -90,7 +104,7 @@ def test_dotdot_after_a_link_steps_up_from_the_link_target_as_the_kernel_does(tm
     assert host.read_attr("/sys/class/net/eth0/device/vendor") == "0x8086"
 
 
-def test_symlink_loops_are_an_error_not_a_hang(tmp_path):
+def test_symlink_loops_are_an_error_not_a_hang(tmp_path, HostFS):
     os.symlink("b", tmp_path / "a")
     os.symlink("a", tmp_path / "b")
     host = HostFS(tmp_path)
@@ -99,7 +113,7 @@ def test_symlink_loops_are_an_error_not_a_hang(tmp_path):
     assert host.exists("/a/x") is False
 
 
-def test_clear_cache_sees_devices_that_moved(tmp_path):
+def test_clear_cache_sees_devices_that_moved(tmp_path, HostFS):
     (tmp_path / "devices/one").mkdir(parents=True)
     (tmp_path / "devices/two").mkdir(parents=True)
     (tmp_path / "devices/two/serial").write_text("2\n")
@@ -110,3 +124,94 @@ def test_clear_cache_sees_devices_that_moved(tmp_path):
     os.symlink("devices/two", tmp_path / "current")
     host.clear_cache()
     assert host.read_attr("/current/serial") == "2"
+
+
+def test_links_to_outside_the_root_are_re_rooted_at_every_level(tmp_path, HostFS):
+    # a directory link and a leaf link, both absolute and pointing at this machine's real path
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("outside\n")
+    root = tmp_path / "host"
+    (root / "sys").mkdir(parents=True)
+    (root / str(outside).lstrip("/")).mkdir(parents=True)
+    (root / str(outside).lstrip("/") / "secret").write_text("inside\n")
+    os.symlink(str(outside), root / "sys/dirlink")
+    os.symlink(str(outside / "secret"), root / "sys/leaflink")
+    os.symlink("../../../../../../../../outside/secret", root / "sys/dotdot")
+    host = HostFS(root)
+    assert host.read_attr("/sys/dirlink/secret") == "inside"
+    assert host.read_attr("/sys/leaflink") == "inside"
+    assert host.read_attr("/sys/dotdot") is None  # ".." stops at the root: /outside is not there
+    assert host.is_file("/sys/leaflink") and host.is_dir("/sys/dirlink") and host.is_link("/sys/dirlink")
+    assert sorted(host.listdir("/sys/dirlink")) == ["secret"]
+
+
+def test_entries_report_links_from_one_listing(tree, HostFS):
+    host = HostFS(tree)
+    found = host.entries("/sys/devices/pci0000:00/0000:00:02.0")
+    assert found == {"vendor": False, "junk": False, "driver": True}
+    assert host.entries("/sys/bus/pci/devices") == {"0000:00:02.0": True, "absolute": True}
+    assert host.entries("/sys/no/such/dir") == {}
+    with pytest.raises(HostFileError):
+        host.entries("/sys/devices/pci0000:00/0000:00:02.0/vendor")  # not a directory
+
+
+def test_open_directories_stay_bounded_and_close_with_the_pass(tmp_path, HostFS):
+    for n in range(3 * hostfs_module._MAX_DIR_FDS):
+        (tmp_path / f"d{n}").mkdir()
+        (tmp_path / f"d{n}/value").write_text(f"{n}\n")
+    before = len(os.listdir("/proc/self/fd"))
+    host = HostFS(tmp_path)
+    for n in range(3 * hostfs_module._MAX_DIR_FDS):
+        assert host.read_attr(f"/d{n}/value") == str(n)
+    assert len(os.listdir("/proc/self/fd")) <= before + hostfs_module._MAX_DIR_FDS + 1  # + the root
+    host.clear_cache()
+    host.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_second_thread_reads_right_without_sharing_descriptors(tree, HostFS):
+    host = HostFS(tree)
+    assert host.read_attr("/sys/bus/pci/devices/0000:00:02.0/vendor") == "0x8086"  # this thread owns the cache
+    seen = []
+
+    def other():
+        for _ in range(50):
+            seen.append((host.read_attr("/sys/bus/pci/devices/absolute/vendor"),
+                         host.link_name("/sys/devices/pci0000:00/0000:00:02.0/driver"),
+                         host.is_dir("/sys/bus/pci/devices/absolute"), host.listdir("/sys/bus/pci/devices")))
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    for _ in range(50):
+        host.clear_cache()  # closes this thread's descriptors while the other one reads
+        assert host.read_attr("/sys/bus/pci/devices/0000:00:02.0/vendor") == "0x8086"
+    worker.join()
+    assert len(seen) == 50
+    assert all(s == ("0x8086", "i915", True, ["0000:00:02.0", "absolute"]) for s in seen)
+
+
+def test_large_files_are_read_whole_and_fifos_refused(tmp_path, HostFS):
+    (tmp_path / "big").write_bytes(b"x" * 200_000)
+    os.mkfifo(tmp_path / "fifo")
+    host = HostFS(tmp_path)
+    assert host.read_bytes("/big", 1 << 20) == b"x" * 200_000
+    assert host.read_bytes("/big", 10) == b"x" * 10
+    with pytest.raises(HostFileError, match="not a regular file"):
+        host.read_bytes("/fifo")
+    assert not stat.S_ISREG(os.lstat(tmp_path / "fifo").st_mode)
+
+
+def test_procfs_files_are_read_to_the_end(HostFS):
+    # procfs states size 0 and hands out about a page per read: one read would cut it short
+    with open("/proc/self/maps", "rb") as handle:
+        expected_at_least = len(handle.read())
+    data = HostFS("/").read_bytes("/proc/self/maps", 1 << 20)
+    assert len(data) >= min(expected_at_least, 1 << 20) * 0.5 and len(data) > 4096
+
+
+def test_nul_bytes_in_a_path_are_missing_not_a_crash(tree, HostFS):
+    host = HostFS(tree)
+    assert host.read_attr("/sys/devices\x00/x") is None
+    assert host.exists("/sys/\x00") is False and host.readlink("/sys/\x00") is None
+    assert host.listdir("/sys/\x00") == []

@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+import agent.hostfs as hostfs_module
 from agent.hostfs import HostFileError, HostFS
 from tests.fuzz.hosttree import build, fuzz
 
@@ -40,23 +41,34 @@ def test_hostfs_never_escapes_root(tree, queries):
         spec = {p: (("link", n[1].replace("{outside}", str(outside / "secret"))) if n[0] == "link" else n)
                 for p, n in tree.items()}
         build(root, spec)
-        host = HostFS(root)
+        hosts = [HostFS(root, kernel_resolve=False)]
+        if hostfs_module._openat2_available():
+            hosts.append(HostFS(root, kernel_resolve=True))
         for query in queries:
-            try:
-                data = host.read_bytes(query)
-            except HostFileError:
-                data = None
-            assert data != SECRET, f"{query!r} read a file outside the host root"
-            try:
-                real = os.path.realpath(host.real_path(query))
-                assert real == str(root) or real.startswith(str(root) + os.sep) or not os.path.exists(real), real
-                assert host.resolve(query).startswith("/")
-                host.listdir(query)
-            except HostFileError:
-                pass
-            for check in (host.exists, host.is_dir, host.is_file, host.is_link, host.readlink, host.link_name):
-                check(query)  # total: never raises
-            try:
-                host.glob(query.rstrip("/") + "/*")
-            except HostFileError:
-                pass
+            outcomes = []
+            for host in hosts:
+                outcomes.append(_probe(host, root, query))
+            # the kernel's confinement (openat2 RESOLVE_IN_ROOT) and the Python walk agree
+            assert all(o == outcomes[0] for o in outcomes), (query, outcomes)
+
+
+def _probe(host: HostFS, root: Path, query: str) -> tuple:
+    try:
+        data = host.read_bytes(query)
+    except HostFileError:
+        data = None
+    assert data != SECRET, f"{query!r} read a file outside the host root"
+    try:
+        real = os.path.realpath(host.real_path(query))
+        assert real == str(root) or real.startswith(str(root) + os.sep) or not os.path.exists(real), real
+        assert host.resolve(query).startswith("/")
+        listing = host.listdir(query)
+    except HostFileError:
+        listing = None
+    kinds = tuple(check(query) for check in (host.exists, host.is_dir, host.is_file, host.is_link, host.readlink,
+                                             host.link_name))  # total: never raises
+    try:
+        host.glob(query.rstrip("/") + "/*")
+    except HostFileError:
+        pass
+    return data, listing, kinds
