@@ -8,7 +8,7 @@ Names are translated in :mod:`agent.sources.cpu_flags`, ``cpu.model`` is built i
 :mod:`agent.sources.cpu_model`; py-cpuinfo is only a live-host fallback
 (:mod:`agent.sources.cpu_live`).  Not derivable from files, hence absent: ``AVX10_VERSION``,
 ``cpu.sst`` (needs CPUID leaf 0x16), ``RDTL3CA_NUM_CLOSID`` (needs resctrl mounted) and
-the x86 flags of CPUID bits Linux does not print (``fixtures/cpu/README.md`` lists them).
+the x86 flags of CPUID bits Linux does not print (``fixtures/recorded/README.md`` lists them).
 riscv64 and loongarch64 get the model NFD's code gives where nothing is read
 (``VendorUnknown``) and no cpuid flags: NFD's cpu source does not build for them.
 """

@@ -187,6 +187,9 @@ def x86_derived_flags(flags: set[str], raw: set[str], vendor: str, fields: Mappi
       So on AMD the bit is taken as set exactly where AMD's CPUs have it: family 17h from
       model 30h (Zen 2) and every later family, as the CPUID dumps in klauspost's own
       ``testdata/cpuid_data.zip`` show (none before, every one from there; no Hygon has it).
+    * ``TSA_L1_NO``/``TSA_SQ_NO``: set outright on AMD before family 19h and on family 1Ah
+      models 00h-4Fh and 60h-7Fh (AMD's TSA guidance); elsewhere they are CPUID 0x80000021
+      ECX bits Linux does not print, so family 19h (Zen 3/4, affected) gets neither.
     * ``XOP``/``FMA4`` only with AVX; ``HTT`` only on Intel and AMD with more than one
       thread per core; the psABI levels ``X86_64_V1..V4``.
     """
@@ -202,6 +205,9 @@ def x86_derived_flags(flags: set[str], raw: set[str], vendor: str, fields: Mappi
                 out.add("SPEC_CTRL_SSBD")
         elif vendor != "Hygon":
             out.add("SPEC_CTRL_SSBD")
+    if vendor == "AMD" and family is not None and model is not None and (
+            family < 0x19 or (family == 0x1A and (model <= 0x4F or 0x60 <= model <= 0x7F))):
+        out.update(("TSA_L1_NO", "TSA_SQ_NO"))
     if "AVX" not in out:
         out -= {"XOP", "FMA4"}
     if vendor in ("Intel", "AMD") and x86_htt(fields):

@@ -38,11 +38,12 @@ NOTHING_READ = _model("VendorUnknown", "0", "0", "none")
 EXPECTED: dict[str, tuple[dict[str, str], list[str]]] = {
     # AMD EPYC 7451 (family 23 model 1, Zen 1), two sockets, SMT; no hypervisor flag.
     # ssbd is printed (LS_CFG), but CPUID 0x80000008 EBX[24] is clear before Zen 2: no
-    # SPEC_CTRL_SSBD; AVX on AMD family 23 model < 49: AVXSLOW.
+    # SPEC_CTRL_SSBD; AVX on AMD family 23 model < 49: AVXSLOW; AMD before family 19h: klauspost
+    # sets TSA_L1_NO and TSA_SQ_NO without reading CPUID (cpuid.go support(), v2.3.0).
     "lscpu-x86_64-epyc_7451": ({
         **_flags("ADX AESNI AVX AVX2 AVXSLOW CLZERO CMPXCHG8 CPBOOST FMA3 FXSR FXSROPT IBPB LAHF LBRVIRT "
                  "MCAOVERFLOW MOVBE NRIPS OSXSAVE SHA SSE4A SUCCOR SVM SVMDA SVMFBASID SVML SVMNP SVMPF SVMPFT "
-                 "SYSCALL SYSEE TOPEXT TSCRATEMSR VMCBCLEAN X87 XGETBV1 XSAVE XSAVEC XSAVEOPT XSAVES "
+                 "SYSCALL SYSEE TOPEXT TSA_L1_NO TSA_SQ_NO TSCRATEMSR VMCBCLEAN X87 XGETBV1 XSAVE XSAVEC XSAVEOPT XSAVES "
                  "X86_64_V1 X86_64_V2 X86_64_V3"),
         **_model("AMD", "23", "1", "none"), "hardware_multithreading": "true"}, []),
     # Intel Core i5 M 560 (Westmere, family 6 model 37): no AVX, so no AVXSLOW; psABI v2.
@@ -200,6 +201,7 @@ def test_amd_spec_ctrl_ssbd_follows_the_cpus_that_have_cpuid_bit(tmp_path, famil
     flags = cpu.discover(HostFS(tmp_path), DiscoveryConfig()).features["cpuid"].flags
     assert ("SPEC_CTRL_SSBD" in flags) is ssbd
     assert ("AVXSLOW" in flags) is (family < 23 or (family == 23 and model < 49))
+    assert ("TSA_SQ_NO" in flags) is (family < 0x19 or family == 0x1A)  # 1Ah model 44h: not affected
 
 
 @pytest.mark.parametrize("vendor,flags,expected", [("GenuineIntel", "ssbd", True), ("HygonGenuine", "ssbd", False),
