@@ -45,6 +45,7 @@ X86_FLAGS: Mapping[str, tuple[str, ...]] = {
     # CPUID 7.1
     "avx_vnni": ("AVXVNNI",), "avx_ifma": ("AVXIFMA",), "cmpccxadd": ("CMPCCXADD",), "fzrm": ("MOVSB_ZL",),
     "fsrs": ("STOSB_SHORT",), "fsrc": ("CMPSB_SCADBS_SHORT",), "lam": ("LAM",), "wrmsrns": ("WRMSRNS",),
+    "sm3": ("SM3_X86",), "sm4": ("SM4_X86",),  # 7.1 EAX[1,2]; Linux's x86 names (the ARM ones are another table)
     # CPUID 0xD.1
     "xsaveopt": ("XSAVEOPT",), "xsavec": ("XSAVEC",), "xgetbv1": ("XGETBV1",), "xsaves": ("XSAVES",),
     # CPUID 0x8000_0001 ECX / EDX
@@ -54,7 +55,7 @@ X86_FLAGS: Mapping[str, tuple[str, ...]] = {
     "3dnowext": ("AMD3DNOWEXT",), "3dnow": ("AMD3DNOW",),
     # CPUID 0x8000_0007 / 0x8000_0008 / 0x8000_000A / 0x8000_001F (AMD)
     "overflow_recov": ("MCAOVERFLOW",), "succor": ("SUCCOR",), "cpb": ("CPBOOST",), "cppc": ("CPPC",),
-    "amd_ppin": ("PPIN",), "wbnoinvd": ("WBNOINVD",), "mcommit": ("MCOMMIT",), "rdpru": ("RDPRU",),
+    "amd_ppin": ("PPIN",), "psfd": ("PSFD",), "wbnoinvd": ("WBNOINVD",), "mcommit": ("MCOMMIT",), "rdpru": ("RDPRU",),
     "invlpgb": ("INVLPGB",), "clzero": ("CLZERO",), "npt": ("SVMNP",), "lbrv": ("LBRVIRT",),
     "svm_lock": ("SVML",), "nrip_save": ("NRIPS",), "tsc_scale": ("TSCRATEMSR",), "vmcb_clean": ("VMCBCLEAN",),
     "flushbyasid": ("SVMFBASID",), "decodeassists": ("SVMDA",), "pausefilter": ("SVMPF",),
