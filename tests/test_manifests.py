@@ -502,7 +502,8 @@ def test_chart_daemonset_matches_the_plain_manifest():
     udev_block = text[text.index('{{- if eq $mode "udev" }}'):]
     assert "mountPath: /run/udev" in udev_block.split("{{- end }}")[0]
     for line in ("readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false", "privileged: false",
-                 'drop: ["ALL"]', f"runAsUser: {AGENT_UID}", "runAsNonRoot: true", "type: RuntimeDefault",
+                 'drop: ["ALL"]', f"runAsUser: {{{{ if $plugin }}}}0{{{{ else }}}}{AGENT_UID}{{{{ end }}}}",
+                 "runAsNonRoot: {{ not $plugin }}", "type: RuntimeDefault",
                  "path: /healthz", "path: /readyz", "automountServiceAccountToken: true", "fieldPath: spec.nodeName"):
         assert line in text, line
     assert 'hostNetwork: {{ eq $mode "udev" }}' in text
@@ -514,6 +515,25 @@ def test_chart_daemonset_matches_the_plain_manifest():
     assert str(VALUES["resyncInterval"]) == flag("resync-interval")[0]
     assert str(VALUES["metricsPort"]) == flag("metrics-port")[0]
     assert VALUES["startupTaints"] == flag("startup-taint")
+
+
+def test_device_plugin_mode_adds_one_read_write_mount_and_root_only_when_on():
+    """Chart: the device-plugins directory (read-write, the only one) and UID 0 only under
+    devicePlugin.enabled; plain manifest: the same pieces as a commented switch."""
+    text = (CHART / "templates/daemonset.yaml").read_text()
+    assert VALUES["devicePlugin"]["enabled"] is False
+    blocks = text.split("{{- if $plugin }}")[1:]
+    assert len(blocks) == 3
+    bodies = [b.split("{{- end }}")[0] for b in blocks]
+    assert "--device-plugin=on" in bodies[0]
+    assert "mountPath: /var/lib/kubelet/device-plugins" in bodies[1] and "readOnly" not in bodies[1]
+    assert "path: /var/lib/kubelet/device-plugins\n            type: Directory" in bodies[2]
+    assert text.count("/var/lib/kubelet/device-plugins") == 2
+    plain = DAEMONSET.read_text()
+    assert "/var/lib/kubelet/device-plugins" not in yaml.safe_dump(DS)  # off by default
+    for piece in ("# - --device-plugin=on", "#   mountPath: /var/lib/kubelet/device-plugins",
+                  "#     path: /var/lib/kubelet/device-plugins", "runAsUser: 10001    # DEVICE-PLUGIN SWITCH: 0"):
+        assert piece in plain, piece
 
 
 def test_chart_rbac_matches_the_plain_manifest():

@@ -78,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evict-orphans", action="store_true",
                         help="with --pod-guard: also evict those pods through the Eviction API")
     parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events")
+    parser.add_argument("--device-plugin", choices=("on", "off"), default="off",
+                        help="on: serve the devices the catalogue declares (devices:) to kubelet as a device plugin; "
+                             "kubelet then owns those resources' capacity and the agent stops patching them")
+    parser.add_argument("--device-plugin-dir", default="/var/lib/kubelet/device-plugins", metavar="DIR",
+                        help="kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
     parser.add_argument("--watch-timeout", type=positive_int, default=900, help=argparse.SUPPRESS)
     parser.add_argument("--retries", type=positive_int, default=1, help=argparse.SUPPRESS)
 
@@ -96,7 +101,8 @@ def settings_from_args(args: argparse.Namespace):
         debounce_max=max(args.debounce, args.debounce_max), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
         startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,
         evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,
-        watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries))
+        watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries),
+        device_plugin=args.device_plugin == "on", device_plugin_dir=args.device_plugin_dir)
 
 
 def connect(args: argparse.Namespace):

@@ -180,7 +180,7 @@ class ResourceServer:
             self._stopped = True
             self._cond.notify_all()
         if self._server is not None:
-            self._server.stop(grace).wait(grace + 1.0)
+            self._server.stop(grace).wait(grace + 0.2)
             self._server = None
         if self._inode is not None and _identity(self.socket_path) == self._inode:
             try:

@@ -156,6 +156,18 @@ def _claim_devices(builder: _Builder, result: RuleResult) -> None:
         builder.device_claims[name] = DeviceClaim(declared, tuple(seen.values()))
 
 
+def _declared_without_devices(builder: _Builder, catalogue: Catalogue) -> None:
+    """A declared resource no rule matched this pass still has a claim, with no devices: its
+    plugin keeps serving (the devices that left turn Unhealthy) and kubelet keeps owning it."""
+    for rule in catalogue.rules():
+        for declaration in rule.devices:
+            name = autoprefix(declaration.resource, builder.options)
+            if name in builder.device_claims or extended_resource_name_errors(name) or \
+                    resource_problem(name, builder.options):
+                continue
+            builder.device_claims[name] = DeviceClaim(dataclasses.replace(declaration, resource=name), ())
+
+
 def _dependency_hit(dep: Dependency, layers: list[tuple[str, Mapping[str, str]]]) -> tuple[str, str] | None:
     for source, labels in layers:
         if dep.key in labels and (dep.value is None or labels[dep.key] == dep.value):
@@ -213,6 +225,7 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
     visible = {**node_labels, **raw_labels}
     evaluation = evaluate_rules(catalogue, features, visible)
     _apply_rules(builder, evaluation)
+    _declared_without_devices(builder, catalogue)
     files = _apply_label_files(builder, catalogue, raw_labels, node_labels, label_origins)
     state = DesiredNodeState(
         labels=builder.labels, extended_resources=builder.resources, taints=tuple(builder.taints.values()),

@@ -91,6 +91,8 @@ class Settings:
     stuck_after: float = 300.0
     emit_events: bool = True
     retries: int = 1  # tries per request inside a pass; 1: a failure ends the pass, the retry is scheduled
+    device_plugin: bool = False  # serve the catalogue's declared devices to kubelet (agent.runtime.device_service)
+    device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
 
 
@@ -123,6 +125,11 @@ class Agent:
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
                                         settings.sources, observe=self._observe_discovery,
                                         on_degraded=self._source_degraded)
+        self.devices = None
+        if settings.device_plugin:
+            from agent.runtime.device_service import DeviceService
+
+            self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
         self.monitor: HotplugMonitor | None = None
         self.poller: Poller | None = None
@@ -148,6 +155,8 @@ class Agent:
             self.http = HealthServer(s.metrics_port, self.metrics.render, self.healthy, self.is_ready,
                                      host=s.metrics_host).start()
         self._start_hotplug()
+        if self.devices is not None:
+            self.devices.start()
         if s.watch_rules:
             self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited).start()
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
@@ -223,6 +232,8 @@ class Agent:
             if not finished:
                 log.warning("an API call was still in flight at shutdown; abandoned (labels stay as they are)",
                             extra={"node": self.settings.node_name, "event": "stopped"})
+        if self.devices is not None:
+            self.devices.stop(timeout=max(0.1, min(0.5, deadline - time.monotonic())))
         if self.http is not None:
             self.http.stop(timeout=0.5)
         log.info("agent stopped", extra={"node": self.settings.node_name, "event": "stopped"})
@@ -240,7 +251,8 @@ class Agent:
         if busy is not None and time.monotonic() - busy > self.settings.stuck_after:
             return False, f"one reconcile pass has been running for {time.monotonic() - busy:.0f}s"
         for name, part in (("hotplug monitor", self.monitor), ("poller", self.poller),
-                           ("node watch", self.node_watcher), ("rules watcher", self.rules_watcher)):
+                           ("node watch", self.node_watcher), ("rules watcher", self.rules_watcher),
+                           ("device plugin", self.devices)):
             if part is not None and not part.alive() and not self._stopping.is_set():
                 return False, f"{name} thread died"
         return True, "ok"
@@ -351,8 +363,15 @@ class Agent:
             found, catalogue, options = self.discovery.current, self.rules.catalogue, self.settings.rule_options
             features, labels, origins = found.features, found.labels, found.label_origins
 
+            handing_over = self.devices is not None
+
             def plan(node_labels):
-                return rules.plan_node(features, labels, node_labels, catalogue, options, origins)
+                state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
+                if handing_over:
+                    from agent.runtime.device_service import hand_to_kubelet
+
+                    state = hand_to_kubelet(state)
+                return state
 
             self._plan, self._plan_key = plan, key
         return self._plan
@@ -394,6 +413,8 @@ class Agent:
         self.last_outcome = outcome
         self._node_missing = outcome.node_missing
         self.metrics.partially_applied.set(1 if outcome.partial else 0)
+        if self.devices is not None:  # the same pass, whatever the API server said
+            self.devices.publish(outcome.desired or plan({}), self.api.last_node)
         self.reconciler.events.release()  # the pass's one Event (discovery's Warnings included)
         desired = outcome.desired
         if outcome.error:

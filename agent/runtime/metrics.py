@@ -43,6 +43,17 @@ class AgentMetrics:
             registry=r)
         self.rules_reloads = Counter("nfa_rules_reload_total", "Rule catalogue reloads by result", ["result"],
                                      registry=r)
+        self.device_plugin_registrations = Counter(
+            "nfa_device_plugin_registrations_total",
+            "Registrations of a device plugin resource with kubelet, by result (registered, failed)",
+            ["resource", "result"], registry=r)
+        self.device_plugin_allocations = Counter(
+            "nfa_device_plugin_allocations_total",
+            "Allocate calls from kubelet, by result (allocated, refused: unknown or unhealthy device)",
+            ["resource", "result"], registry=r)
+        self.device_plugin_devices = Gauge(
+            "nfa_device_plugin_devices", "Devices a device plugin resource advertises to kubelet, by health",
+            ["resource", "health"], registry=r)
         for result in RECONCILE_RESULTS:
             self.reconcile_total.labels(result)
 
@@ -60,6 +71,16 @@ class AgentMetrics:
             self.owned_labels.set(owned_labels)
         if owned_resources is not None:
             self.owned_resources.set(owned_resources)
+
+    def device_plugin_registration(self, resource: str, result: str) -> None:
+        self.device_plugin_registrations.labels(resource, result).inc()
+
+    def device_plugin_allocation(self, resource: str, result: str) -> None:
+        self.device_plugin_allocations.labels(resource, result).inc()
+
+    def device_plugin_advertised(self, resource: str, healthy: int, unhealthy: int) -> None:
+        self.device_plugin_devices.labels(resource, "Healthy").set(healthy)
+        self.device_plugin_devices.labels(resource, "Unhealthy").set(unhealthy)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -29,8 +29,9 @@ from agent.k8s_validation import extended_resource_name_errors
 
 
 class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
-    def __init__(self, socket_dir: str) -> None:
+    def __init__(self, socket_dir: str, on_register=None) -> None:
         self.dir = socket_dir
+        self.on_register = on_register  # called with the request before it is accepted (a test's probe)
         self.socket = os.path.join(socket_dir, "kubelet.sock")
         self.registrations: list[api_pb2.RegisterRequest] = []
         self.options: dict[str, api_pb2.DevicePluginOptions] = {}
@@ -75,6 +76,8 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
             context.abort(grpc.StatusCode.UNKNOWN, f"unsupported API version {request.version}")
         if request.resource_name.startswith("kubernetes.io/") or extended_resource_name_errors(request.resource_name):
             context.abort(grpc.StatusCode.UNKNOWN, f"invalid resource name {request.resource_name}")
+        if self.on_register is not None:
+            self.on_register(request)
         path = os.path.join(self.dir, request.endpoint)
         channel = grpc.insecure_channel(f"unix://{path}")
         try:

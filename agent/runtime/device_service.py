@@ -1,0 +1,81 @@
+"""The agent's side of ``--device-plugin=on``: one owner per resource, and the hand-off.
+
+A resource the catalogue declares ``devices:`` for belongs to kubelet once its plugin serves
+it: kubelet writes its capacity from ``ListAndWatch``. So the agent
+
+1. stops patching it (``hand_to_kubelet`` drops it from the desired extended resources; the
+   reconciler then removes the agent's own earlier entry from capacity and allocatable and,
+   once a read shows it gone, from the ownership record);
+2. serves it only when the Node it last saw no longer lists it in the ownership record, so
+   the agent's removal can never delete the value kubelet has just written.
+
+Without a Node read (the API server was never reached since start) nothing is served: the
+agent cannot know yet whether an entry of its own is still there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Mapping
+
+from agent.desired import DesiredNodeState
+from agent.hostfs import HostFS
+from agent.reconcile.ownership import parse_ownership
+from agent.runtime.metrics import AgentMetrics
+
+log = logging.getLogger(__name__)
+
+
+def hand_to_kubelet(state: DesiredNodeState) -> DesiredNodeState:
+    """The desired state without the resources the device plugin serves."""
+    if not state.device_claims:
+        return state
+    kept = {k: v for k, v in state.extended_resources.items() if k not in state.device_claims}
+    return dataclasses.replace(state, extended_resources=kept)
+
+
+class DeviceService:
+    def __init__(self, host_root: str, socket_dir: str, metrics: AgentMetrics, node_name: str = "") -> None:
+        from agent.deviceplugin.plugins import DevicePlugins  # grpcio only in this mode
+
+        def advertised(state) -> None:
+            healthy = sum(1 for d in state.devices if d.healthy)
+            metrics.device_plugin_advertised(state.resource, healthy, len(state.devices) - healthy)
+
+        self.plugins = DevicePlugins(socket_dir, on_registration=metrics.device_plugin_registration,
+                                     on_allocation=metrics.device_plugin_allocation, on_devices=advertised)
+        self.host = HostFS(host_root)
+        self.node_name = node_name
+        self._waiting: frozenset[str] = frozenset()
+
+    def start(self) -> "DeviceService":
+        self.plugins.start()
+        return self
+
+    def alive(self) -> bool:
+        return self.plugins.alive()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self.plugins.stop(timeout)
+
+    def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
+        """This pass's devices to the plugins (in memory; never waits on kubelet)."""
+        from agent.deviceplugin.resolve import resolve_claims
+
+        if node is None:
+            return
+        owned = parse_ownership((node.get("metadata") or {}).get("annotations") or {}).resources
+        waiting = frozenset(n for n in desired.device_claims if n in owned)
+        if waiting != self._waiting and waiting:
+            log.info("device plugin for %s waits until the agent's own capacity entry is removed",
+                     ", ".join(sorted(waiting)), extra={"node": self.node_name, "event": "device-plugin-handoff"})
+        self._waiting = waiting
+        claims = {n: c for n, c in desired.device_claims.items() if n not in owned}
+        try:
+            resolved = resolve_claims(self.host, claims)
+        except Exception:  # a bug here must not cost the node its labels: keep the last lists
+            log.exception("resolving device nodes failed; the device plugins keep their last lists",
+                          extra={"node": self.node_name, "event": "device-plugin-error"})
+            return
+        self.plugins.publish(resolved)

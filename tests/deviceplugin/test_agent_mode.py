@@ -1,0 +1,185 @@
+"""``run --device-plugin=on`` end to end: the agent in-process against the in-repo API server,
+a writable copy of the edge-ai host, and the kubelet stand-in on real unix sockets."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+
+import pytest
+
+from agent.reconcile import BackoffSettings
+from agent.runtime.agent import Agent, Settings
+from agent.runtime.event_sources import SocketSource
+from agent.runtime.light_core import light_node_api
+from agent.runtime.uevent import encode_kernel_uevent
+from tests.conftest import LABELS_DIR
+from tests.deviceplugin.kubelet_standin import KubeletStandIn
+from tests.runtime.helpers import CORAL_DEVPATH, CoralHost, wait_for
+from tests.support.apiserver import FakeApiServer
+
+NODE = "edge-ai-1"
+TPU, HAILO = "node-feature-agent.io/edgetpu", "node-feature-agent.io/hailo8"
+OWNED_RESOURCES = "node-feature-agent.io/owned-extended-resources"
+USB_TPU, PCIE_TPU, HAILO_8 = "usb-0000:00:14.0-2-2", "pci-0000:01:00.0", "pci-0000:04:00.0"
+
+
+class Harness:
+    def __init__(self, tmp_path, server, socket_dir, device_plugin=True, case="edge-ai"):
+        self.server = server
+        tmp_path.mkdir(exist_ok=True)
+        self.host = CoralHost(tmp_path, case)
+        self.sender, receiver = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        settings = Settings(node_name=NODE, rules_dirs=[str(LABELS_DIR)], host_root=str(self.host.root),
+                            metrics_port=None, debounce=0.05, debounce_max=0.5, watch_timeout=30,
+                            backoff=BackoffSettings(initial=0.05, maximum=0.2), watch_rules=False,
+                            device_plugin=device_plugin, device_plugin_dir=socket_dir)
+        self.agent = Agent(settings, light_node_api(server.client_configuration()), event_source=SocketSource(receiver))
+
+    def start(self):
+        self.agent.start()
+        wait_for(self.agent.ready.is_set, what="first reconcile")
+        return self
+
+    def inject(self, action, devpath=CORAL_DEVPATH, subsystem="usb"):
+        self.sender.send(encode_kernel_uevent(action, devpath, subsystem))
+
+    def metric(self, line_start):
+        for line in self.agent.metrics.render().decode().splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def close(self):
+        self.agent.stop(timeout=5)
+        self.sender.close()
+
+
+@pytest.fixture
+def server():
+    with FakeApiServer(bookmark_interval=0.5) as srv:
+        srv.add_node(NODE)
+        yield srv
+
+
+@pytest.fixture
+def socket_dir():
+    path = tempfile.mkdtemp(prefix="dp-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(socket_dir):
+    standin = KubeletStandIn(socket_dir).start()
+    yield standin
+    standin.stop()
+
+
+def capacity(server):
+    return server.node(NODE)["status"]["capacity"]
+
+
+def test_three_devices_two_resources_registered_and_allocated(tmp_path, server, socket_dir, kubelet):
+    h = Harness(tmp_path, server, socket_dir).start()
+    try:
+        kubelet.wait_list(TPU, [(PCIE_TPU, "Healthy"), (USB_TPU, "Healthy")])
+        kubelet.wait_list(HAILO, [(HAILO_8, "Healthy")])
+        labels = server.node(NODE)["metadata"]["labels"]
+        assert labels["accelerators/edgetpu"] == "true" and labels["accelerators/hailo8"] == "true"
+        # kubelet owns these counts now: the agent wrote neither, nor recorded them as its own
+        assert TPU not in capacity(server) and HAILO not in capacity(server)
+        assert TPU not in server.node(NODE)["metadata"]["annotations"].get(OWNED_RESOURCES, "")
+        pcie, usb = kubelet.allocate(TPU, [PCIE_TPU], [USB_TPU]).container_responses
+        assert [(d.host_path, d.container_path, d.permissions) for d in pcie.devices] == [("/dev/apex_0", "/dev/apex_0", "rw")]
+        assert [(d.host_path, d.permissions) for d in usb.devices] == [("/dev/bus/usb/002/002", "rw")]
+        (hailo,) = kubelet.allocate(HAILO, [HAILO_8]).container_responses
+        assert [d.host_path for d in hailo.devices] == ["/dev/hailo0"]
+        assert h.metric(f'nfa_device_plugin_registrations_total{{resource="{TPU}",result="registered"}}') == 1.0
+        assert h.metric(f'nfa_device_plugin_allocations_total{{resource="{TPU}",result="allocated"}}') == 1.0
+        assert h.metric(f'nfa_device_plugin_devices{{health="Healthy",resource="{TPU}"}}') == 2.0
+    finally:
+        h.close()
+
+
+def test_unplug_and_plug_reach_list_and_watch_in_the_pass_that_relabels(tmp_path, server, socket_dir, kubelet):
+    h = Harness(tmp_path, server, socket_dir, case="coral-usb").start()
+    coral = "usb-0000:00:14.0-2-2"
+    try:
+        kubelet.wait_list(TPU, [(coral, "Healthy")])
+        passes = h.agent.passes
+        h.host.unplug()
+        h.inject("remove", CORAL_DEVPATH + "/2-2:1.0")
+        h.inject("remove")
+        kubelet.wait_list(TPU, [(coral, "Unhealthy")])
+        wait_for(lambda: "accelerators/edgetpu" not in server.node(NODE)["metadata"]["labels"], what="label removed")
+        assert h.agent.passes == passes + 1  # one debounced pass did both
+        h.host.plug()
+        h.inject("add")
+        h.inject("add", CORAL_DEVPATH + "/2-2:1.0")
+        h.inject("bind", CORAL_DEVPATH + "/2-2:1.0")
+        kubelet.wait_list(TPU, [(coral, "Healthy")])
+        wait_for(lambda: "accelerators/edgetpu" in server.node(NODE)["metadata"]["labels"], what="label back")
+        assert h.agent.passes == passes + 2
+        assert kubelet.allocate(TPU, [coral]).container_responses[0].devices[0].host_path == "/dev/bus/usb/002/002"
+    finally:
+        h.close()
+
+
+def test_capacity_hand_off_removes_the_agents_entry_before_registering(tmp_path, server, socket_dir):
+    before = Harness(tmp_path, server, socket_dir, device_plugin=False).start()
+    before.close()
+    assert capacity(server)[TPU] == "2" and TPU in server.node(NODE)["metadata"]["annotations"][OWNED_RESOURCES]
+
+    seen_at_registration = {}
+
+    def probe(request):
+        node = server.node(NODE)
+        seen_at_registration[request.resource_name] = (
+            request.resource_name in node["status"]["capacity"],
+            request.resource_name in node["metadata"]["annotations"].get(OWNED_RESOURCES, ""))
+
+    kubelet = KubeletStandIn(socket_dir, on_register=probe).start()
+    h = Harness(tmp_path / "again", server, socket_dir)
+    try:
+        h.start()
+        kubelet.wait_list(TPU, [(PCIE_TPU, "Healthy"), (USB_TPU, "Healthy")])
+        assert seen_at_registration[TPU] == (False, False)  # gone from capacity and from the record first
+        # kubelet now writes the count from ListAndWatch; the agent must leave it alone
+        server.edit_node(NODE, lambda n: n["status"]["capacity"].update({TPU: "2", HAILO: "1"}))
+        passes = h.agent.passes
+        h.inject("change", "/devices/pci0000:00/0000:00:1d.1/0000:04:00.0", "pci")
+        wait_for(lambda: h.agent.passes > passes, what="another pass")
+        assert capacity(server)[TPU] == "2" and capacity(server)[HAILO] == "1"
+        assert TPU not in server.node(NODE)["metadata"]["annotations"].get(OWNED_RESOURCES, "")
+    finally:
+        h.close()
+        kubelet.stop()
+
+
+def test_kubelet_restart_and_absence_do_not_touch_the_labelling_loop(tmp_path, server, socket_dir):
+    h = Harness(tmp_path, server, socket_dir).start()  # no kubelet yet
+    try:
+        assert server.node(NODE)["metadata"]["labels"]["accelerators/hailo8"] == "true"
+        kubelet = KubeletStandIn(socket_dir).start(wipe=True)  # wipes our sockets, as kubelet's start does
+        try:
+            kubelet.wait_list(HAILO, [(HAILO_8, "Healthy")])
+            kubelet.restart()
+            kubelet.wait_for(lambda: kubelet.registered().count(HAILO) >= 2)
+            kubelet.wait_list(HAILO, [(HAILO_8, "Healthy")])
+            assert kubelet.allocate(HAILO, [HAILO_8]).container_responses[0].devices[0].host_path == "/dev/hailo0"
+        finally:
+            kubelet.stop()
+        assert h.agent.healthy() == (True, "ok")
+    finally:
+        h.close()
+
+
+def test_off_by_default_keeps_patching_capacity(tmp_path, server, socket_dir, kubelet):
+    h = Harness(tmp_path, server, socket_dir, device_plugin=False).start()
+    try:
+        assert capacity(server)[TPU] == "2" and capacity(server)[HAILO] == "1"
+        assert kubelet.registered() == [] and h.agent.devices is None
+    finally:
+        h.close()
