@@ -211,3 +211,37 @@ def test_ssbd_by_vendor(tmp_path, vendor, flags, expected):
     (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 25\n"
                                            f"model\t\t: 1\nflags\t\t: fpu syscall {flags}\n\n")
     assert ("SPEC_CTRL_SSBD" in cpu.discover(HostFS(tmp_path), DiscoveryConfig()).features["cpuid"].flags) is expected
+
+
+# -- real boards (recordings published by their owners) ---------------------------------------
+def _arm64_blocks(cpus: list[int], bogomips: str, features: str, variant: str, part: str, revision: str,
+                  head: str = "") -> str:
+    """The recorded blocks, which repeat verbatim but for the processor number."""
+    return "".join(f"processor\t: {n}\n{head}BogoMIPS\t: {bogomips}\nFeatures\t: {features}\nCPU implementer\t: 0x41\n"
+                   f"CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: {revision}\n\n"
+                   for n in cpus)
+
+
+#: Raspberry Pi 4 Model B Rev 1.1, Raspberry Pi OS kernel 6.12.47+rpt-rpi-v8 (aarch64):
+#: wklteam64/wklteam64.github.io _posts/2025-09-30-Rpi4_qlcplus.md (commit 3e97de9f), `cat /proc/cpuinfo`
+RASPBERRY_PI_4 = (_arm64_blocks([0, 1, 2, 3], "108.00", "fp asimd evtstrm crc32 cpuid", "0x0", "0xd08", "3")
+                  + "Revision\t: c03111\nSerial\t\t: 10000000a43957f6\nModel\t\t: Raspberry Pi 4 Model B Rev 1.1\n")
+#: NVIDIA Jetson TX2, L4T (kernel 4.4, before the arm64 cpuid hwcap), the Denver cores 1-2 offline:
+#: kozyilmaz/nvidia-jetson-rt docs/README.05.results.md (commit 134fbc8d), `cat /proc/cpuinfo`
+JETSON_TX2 = _arm64_blocks([0, 3, 4, 5], "62.50", "fp asimd evtstrm aes pmull sha1 sha2 crc32", "0x1", "0xd07", "3",
+                           head="model name\t: ARMv8 Processor rev 3 (v8l)\n")
+
+
+@pytest.mark.parametrize("text,flags,model", [
+    # cpuid hwcap present: MIDR 0x410FD083 (Cortex-A72 r0p3) -> family 0x0F, id 0xD083
+    (RASPBERRY_PI_4, "FP ASIMD EVTSTRM CRC32 CPUID", _model("ARM", "15", str(0xD083), "none")),
+    # no cpuid hwcap: klauspost never reads MIDR (detect_arm64.go returns early)
+    (JETSON_TX2, "FP ASIMD EVTSTRM AES PMULL SHA1 SHA2 CRC32", NOTHING_READ),
+], ids=["raspberry-pi-4", "jetson-tx2"])
+def test_real_arm64_boards(tmp_path, text, flags, model):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(text)
+    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    labels = {k[len(P):]: v for k, v in result.labels.items()}
+    assert labels == {**_flags(flags), **model}
+    assert not result.errors
