@@ -2,8 +2,9 @@
 
 Threads: the agent's worker only calls ``publish`` (in memory: it never waits on gRPC or on
 kubelet); one ``device-plugins`` thread starts and stops servers and registers them. That
-thread wakes when ``publish`` asks for a new server and every ``check_interval`` seconds to
-look at the directory:
+thread wakes on ``publish``, on ``wake`` (the runtime calls it when the directory changes:
+inotify through watchfiles) and every ``check_interval`` seconds as a safety net, and looks
+at the directory:
 
 - ``kubelet.sock`` absent: nothing to register with; the servers keep serving and the
   thread keeps looking (kubelet may start after the agent);
@@ -114,6 +115,10 @@ class DevicePlugins:
                 if server is not None:
                     server.publish(merged)
                 self._on_devices(merged)
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Look at the directory now (something in it changed)."""
         self._wake.set()
 
     def served(self) -> frozenset[str]:

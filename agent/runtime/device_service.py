@@ -11,6 +11,10 @@ it: kubelet writes its capacity from ``ListAndWatch``. So the agent
 
 Without a Node read (the API server was never reached since start) nothing is served: the
 agent cannot know yet whether an entry of its own is still there.
+
+kubelet restarts: the directory is watched (inotify, the same watchfiles loop as the rules
+directories), so a new ``kubelet.sock`` or our wiped socket is handled at once; a look every
+``check_interval`` seconds is the safety net when inotify is unavailable.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ def hand_to_kubelet(state: DesiredNodeState) -> DesiredNodeState:
 
 
 class DeviceService:
-    def __init__(self, host_root: str, socket_dir: str, metrics: AgentMetrics, node_name: str = "") -> None:
+    def __init__(self, host_root: str, socket_dir: str, metrics: AgentMetrics, node_name: str = "",
+                 check_interval: float = 2.0) -> None:
         from agent.deviceplugin.plugins import DevicePlugins  # grpcio only in this mode
 
         def advertised(state) -> None:
@@ -44,19 +49,27 @@ class DeviceService:
             metrics.device_plugin_advertised(state.resource, healthy, len(state.devices) - healthy)
 
         self.plugins = DevicePlugins(socket_dir, on_registration=metrics.device_plugin_registration,
-                                     on_allocation=metrics.device_plugin_allocation, on_devices=advertised)
+                                     on_allocation=metrics.device_plugin_allocation, on_devices=advertised,
+                                     check_interval=check_interval)
+        self.socket_dir = socket_dir
+        self.watcher = None
         self.host = HostFS(host_root)
         self.node_name = node_name
         self._waiting: frozenset[str] = frozenset()
 
     def start(self) -> "DeviceService":
+        from agent.runtime.rules_watch import RulesWatcher  # a watchfiles loop on any directory
+
         self.plugins.start()
+        self.watcher = RulesWatcher([self.socket_dir], self.plugins.wake, debounce_ms=50, step_ms=250).start()
         return self
 
     def alive(self) -> bool:
         return self.plugins.alive()
 
     def stop(self, timeout: float = 1.0) -> None:
+        if self.watcher is not None:
+            self.watcher.stop(timeout=min(timeout, 0.3))
         self.plugins.stop(timeout)
 
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:

@@ -3,6 +3,7 @@ a writable copy of the edge-ai host, and the kubelet stand-in on real unix socke
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import tempfile
@@ -14,7 +15,7 @@ from agent.runtime.agent import Agent, Settings
 from agent.runtime.event_sources import SocketSource
 from agent.runtime.light_core import light_node_api
 from agent.runtime.uevent import encode_kernel_uevent
-from tests.conftest import LABELS_DIR
+from tests.conftest import FIXTURES, LABELS_DIR
 from tests.deviceplugin.kubelet_standin import KubeletStandIn
 from tests.runtime.helpers import CORAL_DEVPATH, CoralHost, wait_for
 from tests.support.apiserver import FakeApiServer
@@ -162,6 +163,9 @@ def test_kubelet_restart_and_absence_do_not_touch_the_labelling_loop(tmp_path, s
     h = Harness(tmp_path, server, socket_dir).start()  # no kubelet yet
     try:
         assert server.node(NODE)["metadata"]["labels"]["accelerators/hailo8"] == "true"
+        # only the directory watch (inotify) can notice kubelet from now on: no periodic look
+        h.agent.devices.plugins.check_interval = 3600
+        h.agent.devices.plugins.wake()
         kubelet = KubeletStandIn(socket_dir).start(wipe=True)  # wipes our sockets, as kubelet's start does
         try:
             kubelet.wait_list(HAILO, [(HAILO_8, "Healthy")])
@@ -181,5 +185,37 @@ def test_off_by_default_keeps_patching_capacity(tmp_path, server, socket_dir, ku
     try:
         assert capacity(server)[TPU] == "2" and capacity(server)[HAILO] == "1"
         assert kubelet.registered() == [] and h.agent.devices is None
+    finally:
+        h.close()
+
+
+def test_coral_usb_re_enumeration_boot_state_is_never_allocated_and_the_loaded_one_is(tmp_path, server, socket_dir,
+                                                                                     kubelet):
+    """1a6e:089a on 1-2 (boot/DFU state, fixture coral-usb-boot) -> firmware loaded on the host ->
+    18d1:9302 on 2-2 (fixture coral-usb): the sysfs entries of one replaced by the other's."""
+    h = Harness(tmp_path, server, socket_dir, case="coral-usb-boot").start()
+    boot, loaded = "usb-0000:00:14.0-1-2", "usb-0000:00:14.0-2-2"
+    try:
+        kubelet.wait_list(TPU, [(boot, "Unhealthy")])
+        with pytest.raises(Exception):  # kubelet never gets the DFU node
+            kubelet.allocate(TPU, [boot])
+        root, new = h.host.root, FIXTURES / "coral-usb"
+        for entry in ("sys/bus/usb/devices/1-2:1.0", "sys/bus/usb/devices/1-2",
+                      "sys/devices/pci0000:00/0000:00:14.0/usb1/1-2"):
+            path = root / entry
+            path.unlink() if path.is_symlink() else shutil.rmtree(path)
+        shutil.copytree(new / "sys/devices/pci0000:00/0000:00:14.0/usb2/2-2",
+                        root / "sys/devices/pci0000:00/0000:00:14.0/usb2/2-2", symlinks=True)
+        for entry in ("sys/bus/usb/devices/2-2", "sys/bus/usb/devices/2-2:1.0"):
+            (root / entry).symlink_to(os.readlink(new / entry))
+        h.inject("remove", "/devices/pci0000:00/0000:00:14.0/usb1/1-2/1-2:1.0")
+        h.inject("remove", "/devices/pci0000:00/0000:00:14.0/usb1/1-2")
+        h.inject("add", CORAL_DEVPATH)
+        h.inject("add", CORAL_DEVPATH + "/2-2:1.0")
+        h.inject("bind", CORAL_DEVPATH)
+        kubelet.wait_list(TPU, [(boot, "Unhealthy"), (loaded, "Healthy")])
+        (response,) = kubelet.allocate(TPU, [loaded]).container_responses
+        assert [d.host_path for d in response.devices] == ["/dev/bus/usb/002/002"]
+        assert server.node(NODE)["metadata"]["labels"]["accelerators/edgetpu"] == "true"
     finally:
         h.close()
