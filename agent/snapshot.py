@@ -111,6 +111,16 @@ class RecordingHostFS(HostFS):
         self.listed.add(norm)
         return entries
 
+    def entries(self, host_path: str) -> dict[str, bool]:
+        norm = _normalise(host_path)
+        try:
+            found = super().entries(host_path)
+        except HostFileError as exc:
+            self.failures[norm] = f"unlistable: {exc.reason}"
+            raise
+        self.listed.add(norm)
+        return found
+
 
 class _TreeWriter:
     """Rebuilds host paths from ``source`` under ``target`` without following any link in either."""

@@ -144,6 +144,15 @@ class AttributeReader:
             self.error(path, f"unlistable: {exc.reason}")
             return []
 
+    def entries(self, path: str) -> dict[str, bool]:
+        """Entry name -> is a link, from one listing; ``{}`` when missing, error + ``{}`` when
+        unlistable (a directory the source then treats as empty)."""
+        try:
+            return self.host.entries(path)
+        except HostFileError as exc:
+            self.error(path, f"unlistable: {exc.reason}")
+            return {}
+
     def glob(self, pattern: str) -> list[str]:
         """Host paths matching ``pattern``; error + ``[]`` when its directory is unlistable."""
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from agent.discovery import DiscoveryConfig
 from agent.features import Feature, Instance, SourceResult, nfd_label
-from agent.hostfs import HostFS
+from agent.hostfs import HostFileError, HostFS
 from agent.sources._sysfs import (
     AttributeReader,
     MalformedId,
@@ -43,25 +43,35 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
         return SourceResult(NAME)
     instances: list[Instance] = []
     for name in reader.listdir(DEVICES):
+        if ":" in name:
+            continue  # an interface (<device>:<config>.<interface>); never a device name
         entry = f"{DEVICES}/{name}"
-        if not host.exists(f"{entry}/idProduct"):
+        # one listing says what the device directory holds: which optional files to read, and
+        # its interface directories by name, instead of a failed open per absent file
+        present = reader.entries(entry)
+        if "idProduct" not in present:
             continue  # an interface, or a device that vanished before we looked
-        instances.extend(read_device(reader, name))
+        instances.extend(read_device(reader, name, present))
     labels, origins = device_labels(reader, instances, config)
     features = {"device": Feature(instances=instances, origin=DEVICES)}
     return SourceResult(NAME, features, labels, reader.errors, origins)
 
 
-def read_device(reader: AttributeReader, name: str) -> list[Instance]:
-    """The instances one USB device yields (none, with an error, if its IDs are bad)."""
+def read_device(reader: AttributeReader, name: str, present: dict[str, bool] | None = None) -> list[Instance]:
+    """The instances one USB device yields (none, with an error, if its IDs are bad).
+
+    ``present`` is the device directory's listing (name -> is a link); without it the
+    directory is listed here."""
     entry = f"{DEVICES}/{name}"
+    if present is None:
+        present = reader.entries(entry)
     device_dir = reader.resolve(entry)
     if device_dir is None:
         return []
     attrs: dict[str, str] = {}
     for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
         if attr == "class":
-            raw = reader.attr(f"{entry}/{file}")
+            raw = reader.attr(f"{entry}/{file}") if file in present else None
             if not raw:
                 continue  # NFD: no class attribute, so no class-00 expansion and no label
         else:
@@ -73,16 +83,16 @@ def read_device(reader: AttributeReader, name: str) -> list[Instance]:
         except MalformedId as exc:
             reader.error(f"{entry}/{file}", f"{exc}; USB device {name} skipped")
             return []
-    serial = reader.attr(f"{entry}/serial")
+    serial = reader.attr(f"{entry}/serial") if "serial" in present else None
     if serial:
         attrs["serial"] = serial
     attrs["sysfs_name"] = name
     for file in _EXTRA_FILES:
-        value = reader.attr(f"{entry}/{file}")
+        value = reader.attr(f"{entry}/{file}") if file in present else None
         if value:
             attrs[file] = value
 
-    interfaces = read_interfaces(reader, entry)
+    interfaces = read_interfaces(reader, entry, present)
     if attrs.get("class") != "00":
         driver = next((drv for _, _, drv in interfaces if drv), None)
         if driver:
@@ -99,14 +109,36 @@ def read_device(reader: AttributeReader, name: str) -> list[Instance]:
     return expanded
 
 
-def read_interfaces(reader: AttributeReader, entry: str) -> list[tuple[str, str | None, str | None]]:
-    """``(name, bInterfaceClass or None if bad, bound driver)`` per ``<devdir>/*/bInterfaceClass``."""
+def interface_prefixes(name: str) -> tuple[str, ...]:
+    """How the kernel names a device's interface directories: ``1-2`` -> ``1-2:`` (``1-2:1.0``);
+    a root hub ``usb3`` -> ``3-0:`` (``3-0:1.0``; ``usb3:`` is accepted too)."""
+    if name.startswith("usb") and name[3:].isdigit():
+        return f"{name[3:]}-0:", f"{name}:"
+    return (f"{name}:",)
+
+
+def read_interfaces(reader: AttributeReader, entry: str,
+                    present: dict[str, bool] | None = None) -> list[tuple[str, str | None, str | None]]:
+    """``(name, bInterfaceClass or None if bad, bound driver)`` per ``<devdir>/*/bInterfaceClass``.
+
+    Only the children named as interfaces (``<device>:<config>.<interface>``) are looked at:
+    a device directory holds some thirty other entries, none of which has ``bInterfaceClass``."""
+    if present is None:
+        present = reader.entries(entry)
+    prefixes = interface_prefixes(entry.rsplit("/", 1)[1])
     found = []
-    for child in reader.listdir(entry):
-        path = f"{entry}/{child}/bInterfaceClass"
-        if not reader.host.exists(path):
+    for child in sorted(present):
+        if not child.startswith(prefixes):
             continue
-        raw = reader.attr(path)
+        path = f"{entry}/{child}/bInterfaceClass"
+        try:
+            raw = reader.host.read_attr(path)
+        except HostFileError as exc:
+            reader.error(path, f"unreadable: {exc.reason}")
+            raw = None
+        else:
+            if raw is None:
+                continue  # no bInterfaceClass: not an interface after all, or gone
         iface_class = None
         if raw is not None:
             try:
