@@ -396,17 +396,21 @@ class FakeApiServer:
     capacity into allocatable after a capacity change), ``bookmark_interval`` seconds,
     ``watch_timeout`` (the server's own cap when a watch has no ``timeoutSeconds``),
     ``watch_410`` (``"event"``: 200 then an in-stream ERROR, as the watch cache does; ``"http"``:
-    a plain 410 response).
+    a plain 410 response), ``compact_interval`` (seconds; compact history on a timer as
+    kube-apiserver's etcd compactor does; off by default so a test decides when versions expire).
     """
 
     def __init__(self, *, token: str | None = None, check_resource_names: bool = True, kubelet: bool = True,
-                 bookmark_interval: float = 1.0, watch_timeout: float = 300.0, watch_410: str = "event") -> None:
+                 bookmark_interval: float = 1.0, watch_timeout: float = 300.0, watch_410: str = "event",
+                 compact_interval: float | None = None) -> None:
         self.token = token
         self.check_resource_names = check_resource_names
         self.kubelet = kubelet
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.watch_410 = watch_410
+        self.compact_interval = compact_interval
+        self.compactions = 0
         self.store = Store()
         self.faults = Faults()
         self.watches = WatchRegistry(self.store)
@@ -426,7 +430,20 @@ class FakeApiServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-apiserver", daemon=True)
         self._thread.start()
+        if self.compact_interval:
+            threading.Thread(target=self._compactor, name="fake-apiserver-compactor", daemon=True).start()
         return self
+
+    def _compactor(self) -> None:
+        """kube-apiserver's etcd compactor (``--etcd-compaction-interval``, 5 min by default):
+        each tick compacts to the revision recorded at the previous tick, so history younger
+        than one interval survives; open watches (served by the watch cache) go on."""
+        recorded = None
+        while not self._stopping.wait(self.compact_interval):
+            if recorded is not None:
+                self.store.compact(recorded)
+                self.compactions += 1
+            recorded = self.store.rv
 
     def stop(self) -> None:
         """Stop serving, end every open stream and connection, join the threads (bounded)."""
@@ -850,8 +867,8 @@ class FakeApiServer:
             raise ApiError(400, status_body(400, "invalid timeoutSeconds")) from err
         watcher = Watcher(resource, namespace, match, since, query.get("allowWatchBookmarks") in ("true", "1"),
                           time.monotonic() + timeout)  # honoured as asked, like a real server (reference 3)
-        if since is not None and self.watch_410 == "http" and self.store.too_old(since, resource, watcher.wanted):
-            raise ApiError(410, gone(since, self.store.rv))
+        if since is not None and self.watch_410 == "http" and self.store.too_old(since):
+            raise ApiError(410, gone(since, self.store.oldest_minus_one()))
         record = RequestRecord("GET", unquote(urlsplit(handler.path).path), query, None, "", 200,
                                headers=dict(handler.headers.items()))
         self._record(record)

@@ -81,7 +81,7 @@ class Store:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = 1
-        self.compacted = 0  # expire_resource_versions(): watching from before this is 410 if it missed anything
+        self.compacted = 0  # compact(): watching from before this is 410
         self.trimmed = 0  # history dropped for size: watching from before this is always 410
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         self.history: deque[WatchEvent] = deque()
@@ -162,23 +162,25 @@ class Store:
             self._record(resource, "DELETED", obj)
             return copy.deepcopy(obj)
 
-    def compact(self) -> int:
-        """Compact up to now (etcd compaction): a watch from an older resourceVersion is 410
-        when it would have missed a change it watches. An object's own version read after the
-        compaction stays usable while the object is unchanged, so a client that re-reads and
-        re-watches recovers, as it does against a real server's watch cache."""
+    def compact(self, upto: int | None = None) -> int:
+        """Compact history up to ``upto`` (default: now), as etcd compaction and the watch
+        cache's sliding window do: a watch from an older resourceVersion is 410."""
         with self.lock:
-            self.compacted = self.rv
+            self.compacted = max(self.compacted, self.rv if upto is None else min(upto, self.rv))
             self.changed.notify_all()
             return self.rv
 
-    def too_old(self, since: int, resource: str, wanted: Callable[[dict[str, Any]], bool]) -> bool:
-        """Whether watching ``resource`` from ``since`` must be answered with 410 Gone."""
+    def oldest_minus_one(self) -> int:
+        """The version below which history is gone: the watch cache's ``oldest-1``."""
         with self.lock:
-            if since < self.trimmed:
-                return True
-            return since < self.compacted and any(
-                since < e.rv <= self.compacted and e.resource == resource and wanted(e.object) for e in self.history)
+            return max(self.trimmed, self.compacted)
+
+    def too_old(self, since: int) -> bool:
+        """Whether a watch from ``since`` is 410 Gone: ``resourceVersion < oldest-1`` in the
+        watch cache (``getAllEventsSinceLocked``), whatever the watch's selector; a version read
+        after the compaction (a LIST's, or an object's unchanged since) is still fine."""
+        with self.lock:
+            return since < self.oldest_minus_one()
 
     def wake(self) -> None:
         with self.lock:

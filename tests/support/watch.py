@@ -27,9 +27,18 @@ from tests.support.store import Store
 KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event"}
 
 
-def gone(rv: int, current: int) -> dict[str, Any]:
+def gone(rv: int, oldest_minus_one: int) -> dict[str, Any]:
+    """A watch started from a compacted version: the watch cache's
+    ``errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, oldest-1))``."""
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": f"too old resource version: {rv} ({current})", "reason": "Expired", "code": 410}
+            "message": f"too old resource version: {rv} ({oldest_minus_one})", "reason": "Expired", "code": 410}
+
+
+def compacted_midstream() -> dict[str, Any]:
+    """An open watch whose revision etcd compacted: etcd3 ``interpretWatchError`` turns
+    ``ErrCompacted`` into this ERROR event."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "The resourceVersion for the provided watch is too old.", "reason": "Expired", "code": 410}
 
 
 @dataclass
@@ -106,13 +115,13 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
             items = [o for (_k, o) in sorted(store.objects.get(watcher.resource, {}).items()) if watcher.wanted(o)]
             initial = [_line("ADDED", o) for o in items]
             cursor = store.rv
-        elif store.too_old(watcher.since, watcher.resource, watcher.wanted):
+        elif store.too_old(watcher.since):
             initial, cursor = None, watcher.since
         else:
             initial, cursor = [], watcher.since
-        current = store.rv
+        floor = store.oldest_minus_one()
     if initial is None:
-        send(_line("ERROR", gone(watcher.since, current)))
+        send(_line("ERROR", gone(watcher.since, floor)))
         return "expired"
     for line in initial:
         send(line)
@@ -130,7 +139,6 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
             lost = cursor < store.trimmed
             events = [e for e in store.history if e.rv > cursor and e.resource == watcher.resource]
             cursor = max(cursor, store.rv)
-            current = store.rv
         if stopping.is_set():
             return "stopped"
         if lost:
@@ -140,7 +148,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
                 send(_line(event.type, event.object))
                 watcher.sent += 1
         if watcher.expired:
-            send(_line("ERROR", gone(watcher.since if watcher.since is not None else cursor, current)))
+            send(_line("ERROR", compacted_midstream()))
             return "expired"
         if watcher.drop:
             return watcher.drop

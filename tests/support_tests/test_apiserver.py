@@ -388,6 +388,31 @@ def test_open_watches_expire_or_drop(api, core):
     assert outcome["dropped"] == []  # ended cleanly mid-stream, long before its timeout
 
 
+def test_watch_410_texts_and_periodic_compaction(core):
+    """A watch from a compacted version: the watch cache's "too old resource version: %d (%d)"
+    with oldest-1, whatever the selector (getAllEventsSinceLocked); an open watch whose revision
+    etcd compacts: etcd3 interpretWatchError's text. With compact_interval the compactor
+    compacts to the revision it recorded one tick earlier."""
+    with FakeApiServer(compact_interval=0.2) as api:
+        api.add_node("n1")
+        api.add_node("n2")
+        core = api.core_api()
+        old = core.list_node(field_selector="metadata.name=n1").metadata.resource_version
+        api.edit_node("n2", lambda n: None)  # a change the n1 watch does not even select
+        _wait(lambda: api.compactions >= 2)
+        floor = api.store.oldest_minus_one()
+        assert floor > int(old)
+        response = core.list_node(field_selector="metadata.name=n1", watch=True, resource_version=old,
+                                  _preload_content=False, _request_timeout=TIMEOUT)
+        [line] = [json.loads(x) for x in response.data.splitlines() if x.strip()]
+        assert line == {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                                    "status": "Failure", "reason": "Expired", "code": 410,
+                                                    "message": f"too old resource version: {old} ({floor})"}}
+        fresh = core.list_node(field_selector="metadata.name=n1").metadata.resource_version
+        assert list(watch.Watch().stream(core.list_node, field_selector="metadata.name=n1", resource_version=fresh,
+                                         timeout_seconds=1, _request_timeout=TIMEOUT)) == []
+
+
 def test_http_410_mode():
     with FakeApiServer(watch_410="http") as api:
         api.add_node("n1")
