@@ -363,9 +363,9 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def start_stream(self) -> None:
+    def start_stream(self, content_type: str = "application/json") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -875,9 +875,21 @@ class FakeApiServer:
         self.watches.add(watcher)
         how = "abrupt"
         try:
-            handler.start_stream()
+            transform = None
+            if "as=Table" in handler.headers.get("Accept", ""):
+                # handlers/watch.go Fixup: each object becomes a Table; the column
+                # definitions go with the first one only (TableOptions.NoHeaders after it)
+                headers_sent = [False]
+
+                def transform(obj: dict[str, Any]) -> dict[str, Any]:
+                    table = discovery.table(resource, [obj], int(obj["metadata"]["resourceVersion"]))
+                    if headers_sent[0]:
+                        table["columnDefinitions"] = None
+                    headers_sent[0] = True
+                    return table
+            handler.start_stream("application/json;as=Table;v=v1;g=meta.k8s.io" if transform else "application/json")
             how = stream(self.store, watcher, handler.send_chunk, stopping=self._stopping,
-                         bookmark_interval=self.bookmark_interval)
+                         bookmark_interval=self.bookmark_interval, transform=transform)
         except OSError:
             how = "abrupt"  # the client went away
         finally:

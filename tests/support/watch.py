@@ -106,14 +106,21 @@ def _line(kind: str, obj: dict[str, Any]) -> bytes:
 
 
 def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, stopping: threading.Event,
-           bookmark_interval: float) -> str:
+           bookmark_interval: float, transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> str:
     """Feed ``watcher`` until it ends; returns how: ``timeout``, ``clean``, ``abrupt``,
-    ``expired`` or ``stopped``. ``send`` raises OSError when the client went away."""
+    ``expired`` or ``stopped``. ``send`` raises OSError when the client went away.
+    ``transform`` turns each ADDED/MODIFIED/DELETED object into what the client asked for
+    (a ``Table``: the watch handler's ``Fixup``)."""
+    def line(kind: str, obj: dict[str, Any]) -> bytes:
+        if transform is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
+            obj = transform(obj)
+        return _line(kind, obj)
+
     kind = KINDS.get(watcher.resource, "Object")
     with store.lock:
         if watcher.since is None:
             items = [o for (_k, o) in sorted(store.objects.get(watcher.resource, {}).items()) if watcher.wanted(o)]
-            initial = [_line("ADDED", o) for o in items]
+            initial = [line("ADDED", o) for o in items]
             cursor = store.rv
         elif store.too_old(watcher.since):
             initial, cursor = None, watcher.since
@@ -121,7 +128,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
             initial, cursor = [], watcher.since
         floor = store.oldest_minus_one()
     if initial is None:
-        send(_line("ERROR", gone(watcher.since, floor)))
+        send(line("ERROR", gone(watcher.since, floor)))
         return "expired"
     for line in initial:
         send(line)
@@ -145,10 +152,10 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
             watcher.expired = True
         for event in events:
             if watcher.wanted(event.object) and not watcher.expired:
-                send(_line(event.type, event.object))
+                send(line(event.type, event.object))
                 watcher.sent += 1
         if watcher.expired:
-            send(_line("ERROR", compacted_midstream()))
+            send(line("ERROR", compacted_midstream()))
             return "expired"
         if watcher.drop:
             return watcher.drop
@@ -157,7 +164,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
         if watcher.bookmarks and (watcher.bookmark_due or now >= next_bookmark or timed_out):
             watcher.bookmark_due = False
             next_bookmark = now + bookmark_interval
-            send(_line("BOOKMARK", {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(cursor)}}))
+            send(line("BOOKMARK", {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(cursor)}}))
         watcher.bookmark_due = False
         if timed_out:
             return "timeout"

@@ -650,3 +650,66 @@ def test_a_wrong_typed_field_is_422_on_patch_and_400_on_put_and_post(api, patch_
     status, body = send(api, "POST", "/api/v1/nodes", node)
     assert (status, body["message"]) == (400, 'Node in version "v1" cannot be handled as a Node: ' + go_error)
     assert api.node("n1")["metadata"]["resourceVersion"] == rv
+
+
+def test_a_watch_asked_for_tables_gets_one_table_per_event_headers_first(api):
+    """handlers/watch.go's Fixup turns each event's object into a Table and sets
+    TableOptions.NoHeaders after the first, so only the first carries column definitions."""
+    rv = api.node("n2")["metadata"]["resourceVersion"]
+    result: dict[str, object] = {}
+
+    def consume():
+        http = urllib3.PoolManager()
+        answer = http.request("GET", api.url + f"/api/v1/nodes?watch=true&resourceVersion={rv}&timeoutSeconds=2",
+                              headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+                                       "Authorization": "Bearer fake-token"}, timeout=10.0, retries=False)
+        result["type"] = answer.headers["Content-Type"]
+        result["events"] = [json.loads(x) for x in answer.data.splitlines() if x.strip()]
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    _wait(lambda: api.watches.count() == 1)
+    api.edit_node("n1", lambda n: n["metadata"]["labels"].update({"t": "1"}))
+    api.edit_node("n2", lambda n: n["metadata"]["labels"].update({"t": "2"}))
+    thread.join(10)
+    events = result["events"]
+    assert result["type"] == "application/json;as=Table;v=v1;g=meta.k8s.io"
+    assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED"]
+    assert all(e["object"]["kind"] == "Table" and e["object"]["apiVersion"] == "meta.k8s.io/v1" for e in events)
+    assert [c["name"] for c in events[0]["object"]["columnDefinitions"]][:2] == ["Name", "Status"]
+    assert events[1]["object"]["columnDefinitions"] is None
+    assert [e["object"]["rows"][0]["cells"][0] for e in events] == ["n1", "n2"]
+
+
+def test_kubectl_watch_and_apply(api, tmp_path):
+    """kubectl as a second client: `get -w` prints the Table events; `apply` needs the OpenAPI
+    documents for validation, which are not served (404 as on a server without them), so it
+    runs with --validate=false and computes its patch from kubectl's compiled-in types."""
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    base = ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache")]
+    env = dict(os.environ, HOME=str(tmp_path))
+    watcher = subprocess.Popen(base + ["get", "nodes", "-w", "--request-timeout=5s"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait(lambda: api.watches.count() == 1)
+        api.add_node("n3")
+        out, _err = watcher.communicate(timeout=15)  # --request-timeout ends the watch
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    lines = [line.split()[0] for line in out.splitlines()]
+    assert lines[0] == "NAME" and lines.count("NAME") == 1 and "n3" in lines[3:], out
+    manifest = tmp_path / "node.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "Node",
+                                    "metadata": {"name": "n1", "labels": {"apply.example.com/x": "1"}}}))
+    refused = subprocess.run(base + ["apply", "-f", str(manifest)], capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode != 0 and "failed to download openapi" in refused.stderr
+    for _ in range(2):
+        done = subprocess.run(base + ["apply", "--validate=false", "-f", str(manifest)], capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+    labels = api.node("n1")["metadata"]["labels"]
+    assert labels["apply.example.com/x"] == "1" and labels["team.example.com/owner"] == "infra"
+    assert "kubectl.kubernetes.io/last-applied-configuration" in api.node("n1")["metadata"]["annotations"]
+    assert done.stdout.strip() == "node/n1 unchanged"
