@@ -376,15 +376,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def end_stream(self, how: str) -> None:
-        self.close_connection = True
+        """A watch that ends (timeout, ERROR, a clean drop) writes the last chunk and keeps the
+        connection for the next request, as Go's net/http does; the client's pool reuses it.
+        Closing it without a ``Connection: close`` header made the next pooled request fail
+        with RemoteDisconnected. Only ``abrupt`` (and server stop) cut the socket."""
         try:
             if how in ("abrupt", "stopped"):
+                self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
             else:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
         except OSError:
-            pass
+            self.close_connection = True
 
 
 class FakeApiServer:
