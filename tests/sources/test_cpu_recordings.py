@@ -73,6 +73,11 @@ EXPECTED: dict[str, tuple[dict[str, str], list[str]]] = {
     # POWER7, SMT4: no auxv in the recording, so no flags (and one error saying so).
     "lscpu-ppc64-POWER7": ({**NOTHING_READ, "hardware_multithreading": "true"},
                            ["missing; ppc64 cpuinfo has no feature list, so no cpu-cpuid flags"]),
+    # POWER8E LE guest: hwcaps from the recorded LD_SHOW_AUXV listing (fixture README).
+    "ppc64le-power8": ({
+        **_flags("TRUE_LE ARCHPMU VSX ARCH_2_06 DFP IC_SNOOP SMT MMU FPU ALTIVEC PPC64 PPC32 "
+                 "HTM-NOSC VCRYPTO TAR ISEL EBB DSCR HTM ARCH_2_07"), **NOTHING_READ,
+        "hardware_multithreading": "false"}, []),
     "lscpu-rv64-visionfive2": ({**NOTHING_READ, "hardware_multithreading": "false"}, []),
     "lscpu-loongarch-loongson_3a5000_hv": ({**NOTHING_READ, "hardware_multithreading": "false"}, []),
 }
