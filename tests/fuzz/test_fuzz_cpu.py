@@ -1,21 +1,25 @@
-"""Fuzz the cpu source: /proc/cpuinfo (x86 and ARM layouts, flags), the recorded live-facts
-JSON, and the sysfs files behind cstate, pstate, security, topology and hypervisor."""
+"""Fuzz the cpu source: /proc/cpuinfo (x86, ARM, s390x, ppc64, riscv64 and loongarch layouts,
+flags), the auxiliary vector and /proc/sysinfo, the recorded live-facts JSON, and the sysfs
+files behind cstate, pstate, security, topology and hypervisor."""
 
 from __future__ import annotations
 
 import json
+import struct
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.discovery import DiscoveryConfig
-from agent.sources.cpu_cpuinfo import parse_cpuinfo
-from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, X86_FLAGS
+from agent.sources.cpu_cpuinfo import ARCHES, parse_cpuinfo
+from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, S390_HWCAPS, X86_FLAGS
+from agent.sources.cpu_ownproc import AuxvError, parse_auxv
 from agent.sources.cpu_live import LIVE_FACTS_PATH
 from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, huge, merge, slot, slots, value_bytes
 from tests.fuzz.properties import check_source
 
-FLAG_NAMES = sorted(X86_FLAGS) + sorted(ARM64_HWCAPS) + sorted(ARM32_HWCAPS) + ["ht", "ibrs", "cqm", "cat_l3", "mba"]
+FLAG_NAMES = (sorted(X86_FLAGS) + sorted(ARM64_HWCAPS) + sorted(ARM32_HWCAPS) + sorted(S390_HWCAPS)
+              + ["ht", "ibrs", "cqm", "cat_l3", "mba", "ssbd", "virt_ssbd"])
 KEYS = ["processor", "vendor_id", "cpu family", "model", "model name", "flags", "Features", "CPU implementer",
         "CPU architecture", "CPU variant", "CPU part", "CPU revision", "siblings", "cpu cores", "BogoMIPS"]
 NUMBERS = ["0", "6", "25", "143", "0x41", "0xd08", "0x1", "8", "7", "-1", "0x100", "1e3", "", "99999999999", "0xzz"] + ODD_DIGITS
@@ -37,9 +41,23 @@ ARM_BLOCK = st.tuples(st.sampled_from(NUMBERS), st.sampled_from(NUMBERS), st.sam
                       st.sampled_from(NUMBERS), st.sampled_from(["8", "7", "6", "5TEJ", "AArch64", ""]), FLAG_LINE).map(
     lambda t: f"processor\t: 0\nFeatures\t: {t[5]}\nCPU implementer\t: {t[0]}\nCPU architecture: {t[4]}\n"
               f"CPU variant\t: {t[1]}\nCPU part\t: {t[2]}\nCPU revision\t: {t[3]}\n")
+S390_IDS = st.one_of(st.sampled_from(["0", "279F25", "3906", "", "FF", "a/b c", "-x-"] + ODD_DIGITS), st.text(max_size=12))
+S390_BLOCK = st.tuples(st.sampled_from(["IBM/S390", "", "IBM / S390 !"]), FLAG_LINE, S390_IDS, S390_IDS).map(
+    lambda t: f"vendor_id       : {t[0]}\n# processors    : 2\nfeatures\t: {t[1]}\n"
+              f"processor 0: version = FF,  identification = {t[2]},  machine = {t[3]}\n\n"
+              f"cpu number      : 0\nidentification  : {t[2]}\nmachine         : {t[3]}\n")
+OTHER_BLOCK = st.sampled_from([
+    "processor\t: 0\ncpu\t\t: POWER9 (raw), altivec supported\nrevision\t: 2.2 (pvr 004e 1202)\n",
+    "processor\t: 0\nhart\t\t: 1\nisa\t\t: rv64imafdc_zicsr\nmmu\t\t: sv39\n",
+    "system type\t\t: generic-loongson-machine\n\nprocessor\t\t: 0\nCPU Family\t\t: Loongson-64bit\n"
+    "ISA\t\t\t: loongarch32 loongarch64\nFeatures\t\t: cpucfg lam ual fpu lsx lasx\n",
+    "Processor\t: ARMv7 Processor rev 4 (v7l)\nprocessor\t: 0\nprocessor\t: 1\n\nFeatures\t: neon vfpv4 idiva\n"
+    "CPU implementer\t: 0x41\nCPU architecture: 7\nCPU part\t: 0xc0f\n",
+])
 RANDOM_BLOCK = st.lists(LINE, max_size=12).map("\n".join)
 CPUINFO = st.one_of(
-    st.tuples(st.sampled_from(["", "\n", "\n\n"]), st.lists(st.one_of(X86_BLOCK, ARM_BLOCK, RANDOM_BLOCK), min_size=1, max_size=3))
+    st.tuples(st.sampled_from(["", "\n", "\n\n"]),
+              st.lists(st.one_of(X86_BLOCK, ARM_BLOCK, S390_BLOCK, OTHER_BLOCK, RANDOM_BLOCK), min_size=1, max_size=3))
     .map(lambda t: (t[0] + "\n".join(t[1])).encode()),
     st.tuples(X86_BLOCK, JUNK_BYTES).map(lambda t: t[0].encode() + t[1]),         # junk after the first block
     st.tuples(JUNK_BYTES, X86_BLOCK).map(lambda t: t[0] + t[1].encode()),         # junk inside the first block
@@ -95,6 +113,18 @@ WRONG_KIND = st.lists(st.sampled_from([
     "/sys/bus/cpu/devices/cpu0", "/sys/bus/cpu/devices/cpu0/topology", "/sys/devices/system/node/node0",
 ]), max_size=2, unique=True).map(lambda paths: {p: ("file", b"0\n") for p in paths})
 
+AUXV = st.one_of(
+    st.lists(st.tuples(st.integers(0, 70), st.integers(0, 2**64 - 1)), max_size=12).flatmap(
+        lambda pairs: st.sampled_from(["<QQ", ">QQ", "<II", ">II"]).map(
+            lambda fmt: b"".join(struct.pack(fmt, k, v % (2 ** (64 if "Q" in fmt else 32))) for k, v in pairs))),
+    st.binary(max_size=64), JUNK_BYTES,
+)
+SYSINFO = value_bytes(["VM00 Control Program: z/VM    7.1.0", "VM00 Control Program: KVM/Linux",
+                       "VM00 Control Program:", "Control Program: //", "LPAR Name: X"])
+OWN_PROC = slots({"/proc/self/auxv": AUXV, "/proc/sysinfo": SYSINFO,
+                  "/sys/firmware/uv/prot_virt_host": value_bytes(["1", "0"]),
+                  "/sys/devices/vio/ibm,compression-v1/nx_gzip_caps": value_bytes(["x"])})
+
 CONFIGS = st.builds(DiscoveryConfig, cpuid_whitelist=st.sampled_from([(), ("AVX2", "SSE"), ("NOPE",)]))
 
 
@@ -105,6 +135,8 @@ def cpu_tree(draw) -> dict:
         spec.update(draw(slot(LIVE_FACTS_PATH, LIVE_FACTS)))
     if draw(st.booleans()):
         spec.update(draw(SYSFS))
+    if draw(st.booleans()):
+        spec.update(draw(OWN_PROC))
     return merge(spec, draw(WRONG_KIND))
 
 
@@ -115,8 +147,10 @@ def test_cpu_source_survives_any_tree(spec, config):
         # pstate status / scaling_governor are host text copied into values: discovery drops
         # the invalid ones with an error (checked), so the source itself is not strict
         result = check_source("cpu", root, config, strict=False)
-    for key, value in result.labels.items():
-        if ".cpuid." in key or key.endswith(("model.family", "model.id")):
+    cpuinfo = spec.get("/proc/cpuinfo", ("missing",))
+    s390 = cpuinfo[0] == "file" and parse_cpuinfo(cpuinfo[1].decode("utf-8", "replace")).arch == "s390x"
+    for key, value in result.labels.items():  # s390x family/id are cpuinfo text, as NFD copies it
+        if ".cpuid." in key or (key.endswith(("model.family", "model.id")) and not s390):
             assert value == "true" or value.isdigit(), (key, value)
 
 
@@ -125,6 +159,19 @@ def test_cpu_source_survives_any_tree(spec, config):
 def test_parse_first_block_total(text):
     """Pure parser: any text gives a block whose fields come from the text's first block."""
     block = parse_cpuinfo(text)
-    assert block.arch in ("", "x86", "arm", "arm64")
+    assert block.arch in ("",) + ARCHES
     for key, value in block.fields.items():
         assert key == key.strip() and value == value.strip()
+
+
+@fuzz(300)
+@given(data=st.one_of(AUXV, st.binary(max_size=300)))
+def test_parse_auxv_total(data):
+    """Any bytes: a dict of small AT_* types with AT_PAGESZ a power of two, or AuxvError."""
+    try:
+        vector = parse_auxv(data)
+    except AuxvError:
+        return
+    assert all(0 < kind < 64 for kind in vector)
+    page = vector[6]
+    assert page > 0 and page & (page - 1) == 0
