@@ -527,8 +527,9 @@ def test_device_plugin_mode_adds_one_read_write_mount_and_root_only_when_on():
     bodies = [b.split("{{- end }}")[0] for b in blocks]
     assert "--device-plugin=on" in bodies[0]
     assert "mountPath: /var/lib/kubelet/device-plugins" in bodies[1] and "readOnly" not in bodies[1]
-    assert "path: /var/lib/kubelet/device-plugins\n            type: Directory" in bodies[2]
-    assert text.count("/var/lib/kubelet/device-plugins") == 2
+    assert "path: {{ .Values.devicePlugin.hostDir | quote }}\n            type: Directory" in bodies[2]
+    assert VALUES["devicePlugin"]["hostDir"] == "/var/lib/kubelet/device-plugins"
+    assert text.count("/var/lib/kubelet/device-plugins") == 1
     plain = DAEMONSET.read_text()
     assert "/var/lib/kubelet/device-plugins" not in yaml.safe_dump(DS)  # off by default
     for piece in ("# - --device-plugin=on", "#   mountPath: /var/lib/kubelet/device-plugins",

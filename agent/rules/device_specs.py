@@ -48,7 +48,7 @@ def _node(item: Any, line: int) -> NodeSpec:
         (kind, value), = item.items()
         if kind == "class":
             name = _text(value, "deviceNodes class", line)
-            if not _CLASS_NAME.fullmatch(name):
+            if not _CLASS_NAME.fullmatch(name) or set(name) == {"."}:
                 raise DeviceSpecError(f"deviceNodes class {name!r} is not a sysfs class name", line)
             return NodeSpec("class", name)
         if kind == "path":

@@ -47,6 +47,7 @@ def test_a_full_declaration_loads(tmp_path):
     ("deviceNodes: [{path: /etc/shadow}]", "must be under /dev/"),
     ("deviceNodes: [{path: /dev/../etc/shadow}]", "normalised absolute path"),
     ("deviceNodes: [{class: ../x}]", "not a sysfs class name"),
+    ("deviceNodes: [{class: ..}]", "not a sysfs class name"),
     ("deviceNodes: []", "deviceNodes is required"),
     ("deviceNodes: [usb]\n              permissions: rwx", "letters of 'rwm'"),
     ("deviceNodes: [usb]\n              env: {1BAD: x}", "not a valid variable name"),
