@@ -170,3 +170,20 @@ def test_stopping_removes_our_sockets(socket_dir, kubelet):
     dp.stop()
     assert sorted(os.listdir(socket_dir)) == ["kubelet.sock"]
 
+
+
+def test_preferred_allocation_keeps_to_one_numa_node_and_honours_must_include(kubelet, plugins):
+    from agent.deviceplugin.v1beta1 import api_pb2
+
+    devices = tuple(PluginDevice(f"pci-0000:0{i}:00.0", (DeviceNode(f"/dev/apex_{i}", f"/dev/apex_{i}"),),
+                                 numa_node=0 if i < 2 else 1) for i in range(4))
+    plugins.publish({TPU: ResourceDevices(TPU, devices)})
+    kubelet.wait_for(lambda: kubelet.latest(TPU) and len(kubelet.latest(TPU)) == 4)
+    ids = [d.id for d in devices]
+    request = api_pb2.PreferredAllocationRequest(container_requests=[
+        api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=ids, must_include_deviceIDs=[ids[3]],
+                                                    allocation_size=2),
+        api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=ids[1:], allocation_size=1)])
+    first, second = kubelet.stub(TPU).GetPreferredAllocation(request, timeout=5).container_responses
+    assert list(first.deviceIDs) == [ids[3], ids[2]]  # the must-include device's NUMA node
+    assert list(second.deviceIDs) == [ids[1]]
