@@ -17,5 +17,7 @@ Modules, one job each:
 ``health``       /metrics, /healthz, /readyz HTTP server
 ``affinity``     pure nodeSelector / required nodeAffinity matcher
 ``pod_guard``    Events (and optional evictions) for pods whose placement no longer holds
+``device_service`` ``--device-plugin=on``: the capacity hand-off to kubelet, this pass's devices
+                 to the plugins (``agent.deviceplugin``), the directory watch
 ``agent``        wires it together: the worker loop, resync timer, startup, shutdown
 """
