@@ -132,6 +132,7 @@ class HostFS:
         #: host directory path -> open O_PATH descriptor of it (resolved inside the root); one pass
         self._dirfds: dict[str, int] = {}
         self._rootfd = -1
+        self._real_root: str | None = None
         #: the thread that owns the descriptor cache (the first to read); another thread reading
         #: through the same seam takes the uncached path, so a descriptor is never closed under it
         self._owner: int | None = None
@@ -224,7 +225,57 @@ class HostFS:
         root, so ``/sys/bus/pci/devices/X -> ../../../devices/pci0000:00/X`` works the same in a
         fixture as on the machine.  Dangling links resolve to their (missing) target.
         """
-        return self._resolve_norm(self._normalise(host_path), [0])
+        norm = self._normalise(host_path)
+        if self._kernel_resolve and norm != "/" and "\x00" not in norm and self._owns_descriptors():
+            found = self._kernel_resolve_norm(norm)
+            if found is not None:
+                return found
+        return self._resolve_norm(norm, [0])
+
+    def _kernel_resolve_norm(self, norm: str) -> str | None:
+        """:meth:`resolve` by the kernel: ``openat2`` inside the root, then the descriptor's
+        own path from ``/proc/self/fd``; a directory's descriptor is kept for the reads that
+        follow.  ``None`` where the Python walk must answer (dangling link, loop, no /proc)."""
+        cached = self._resolved.get(norm)
+        if cached is not None:
+            return cached
+        root = self._root_descriptor()
+        try:
+            fd, is_dir = _openat2(root, norm[1:], _DIR_FLAGS), True
+        except OSError as exc:
+            if exc.errno != errno.ENOTDIR:
+                return None
+            try:
+                fd, is_dir = _openat2(root, norm[1:], _O_PATH | os.O_CLOEXEC), False
+            except OSError:
+                return None
+        kept = False
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if self._real_root is None:
+                self._real_root = os.path.realpath(self._prefix)
+            if real == self._real_root:
+                found = "/"
+            elif real.startswith(self._real_root + "/"):
+                found = real[len(self._real_root):]
+            else:
+                return None
+            self._resolved[norm] = found
+            if is_dir and found not in self._dirfds:
+                self._keep_dirfd(found, fd)
+                kept = True
+            return found
+        except OSError:
+            return None
+        finally:
+            if not kept:
+                os.close(fd)
+
+    def _keep_dirfd(self, directory: str, fd: int) -> None:
+        if len(self._dirfds) >= _MAX_DIR_FDS:
+            oldest = next(iter(self._dirfds))
+            os.close(self._dirfds.pop(oldest))
+        self._dirfds[directory] = fd
 
     def _resolve_norm(self, norm: str, hops: list[int]) -> str:
         """Resolve a normalised path: its parent (cached), then its leaf if that is a link.
@@ -282,10 +333,7 @@ class HostFS:
         else:
             # every link on the way already followed inside the root: nothing left to follow
             fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
-        if len(self._dirfds) >= _MAX_DIR_FDS:
-            oldest = next(iter(self._dirfds))
-            os.close(self._dirfds.pop(oldest))
-        self._dirfds[directory] = fd
+        self._keep_dirfd(directory, fd)
         return fd
 
     def _open(self, norm: str, flags: int) -> int:

@@ -15,6 +15,7 @@ a device directory holds can stop the scan.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Container
 
 from agent.discovery import DiscoveryConfig
 from agent.features import Feature, Instance, SourceResult, nfd_label
@@ -76,12 +77,19 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
     device_dir = reader.resolve(entry)
     if device_dir is None:
         return None
-    if not host.is_dir(device_dir):
+    # one listing of the device directory says which optional files and links exist, so
+    # absent ones cost nothing (a function has ~35 entries; most lack sriov_*, physfn, iommu)
+    try:
+        present: dict[str, bool] | None = host.entries(device_dir)
+    except HostFileError:
+        present = None
+    if not present and not host.is_dir(device_dir):
         if host.is_link(entry):
             reader.error(device_dir, f"device {address} vanished during scan (link target is gone)")
         else:
             reader.error(entry, f"{address} is not a device directory; skipped")
         return None
+    present = present or {}
 
     attrs: dict[str, str] = {}
     for name, digits in _MANDATORY:
@@ -97,41 +105,47 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
         attrs[name] = value[:4] if name == "class" else value
 
     has_sriov_file = False
-    try:
-        totalvfs = host.read_attr(f"{device_dir}/sriov_totalvfs")
-        has_sriov_file = totalvfs is not None
-    except HostFileError as exc:
-        totalvfs, has_sriov_file = None, True
-        reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {exc.reason}")
+    totalvfs = None
+    if "sriov_totalvfs" in present:
+        try:
+            totalvfs = host.read_attr(f"{device_dir}/sriov_totalvfs")
+            has_sriov_file = totalvfs is not None
+        except HostFileError as exc:
+            totalvfs, has_sriov_file = None, True
+            reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {exc.reason}")
     if totalvfs:
         if is_decimal(totalvfs):
             attrs["sriov_totalvfs"] = totalvfs
         else:
             reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
-    attrs.update(iommu_attributes(reader, device_dir))
-    attrs.update(extra_attributes(reader, device_dir, address))
+    attrs.update(iommu_attributes(reader, device_dir, present))
+    attrs.update(extra_attributes(reader, device_dir, address, present))
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
 
 
-def iommu_attributes(reader: AttributeReader, device_dir: str) -> dict[str, str]:
+def iommu_attributes(reader: AttributeReader, device_dir: str, present: Container[str] | None = None) -> dict[str, str]:
     """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version`` (plus our group
     number).  On a real host both are links and are checked first, so the common no-IOMMU
     case costs no failed reads; when they are not links the files are read through the
     path as NFD does (``readSinglePciAttribute``), which covers a tree where they are plain
-    directories, as in NFD's own ``testdata/source/pci``."""
+    directories, as in NFD's own ``testdata/source/pci``.  ``present``: the device directory's
+    entries, when the caller listed it (absent entries are not tried)."""
     attrs: dict[str, str] = {}
-    group = reader.link_name(f"{device_dir}/iommu_group")
+    has_group = present is None or "iommu_group" in present
+    group = reader.link_name(f"{device_dir}/iommu_group") if has_group else None
     if group and group.isdigit():
         # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
         # spares following the link through the whole device path again
         group_type = reader.attr(f"{IOMMU_GROUPS}/{group}/type")
     else:
-        group_type = None if group else reader.attr(f"{device_dir}/iommu_group/type")
+        group_type = None if group or not has_group else reader.attr(f"{device_dir}/iommu_group/type")
     if group_type:
         attrs["iommu_group/type"] = group_type
     if group:
         attrs["iommu_group"] = group
     # a device has an ``iommu`` only with an ``iommu_group``: no group, no second read
+    if present is not None and "iommu" not in present:
+        return attrs
     if reader.link_name(f"{device_dir}/iommu") or (group_type and not group):
         version = reader.attr(f"{device_dir}/iommu/intel-iommu/version")
         if version:
@@ -139,29 +153,34 @@ def iommu_attributes(reader: AttributeReader, device_dir: str) -> dict[str, str]
     return attrs
 
 
-def extra_attributes(reader: AttributeReader, device_dir: str, address: str) -> dict[str, str]:
+def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
+                     present: Container[str] | None = None) -> dict[str, str]:
     """Our additions: what a device count or a driver-aware rule needs."""
     extra = {"address": address}
-    driver = reader.link_name(f"{device_dir}/driver")
+
+    def there(name: str) -> bool:
+        return present is None or name in present
+
+    driver = reader.link_name(f"{device_dir}/driver") if there("driver") else None
     if driver:
         extra["driver"] = driver
-    physfn = reader.link_name(f"{device_dir}/physfn")
+    physfn = reader.link_name(f"{device_dir}/physfn") if there("physfn") else None
     if physfn:
         extra["physfn"] = physfn
 
-    numa = reader.attr(f"{device_dir}/numa_node")
+    numa = reader.attr(f"{device_dir}/numa_node") if there("numa_node") else None
     if numa is not None and numa != "-1":
         if is_decimal(numa):
             extra["numa_node"] = str(int(numa))
         else:
             reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
-    revision = reader.attr(f"{device_dir}/revision")
+    revision = reader.attr(f"{device_dir}/revision") if there("revision") else None
     if revision is not None:
         try:
             extra["revision"] = hex_digits(revision, 2, prefixed=True)
         except MalformedId as exc:
             reader.error(f"{device_dir}/revision", str(exc))
-    numvfs = reader.attr(f"{device_dir}/sriov_numvfs")
+    numvfs = reader.attr(f"{device_dir}/sriov_numvfs") if there("sriov_numvfs") else None
     if numvfs is not None:
         if is_decimal(numvfs):
             extra["sriov_numvfs"] = str(int(numvfs))

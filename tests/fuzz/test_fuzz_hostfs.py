@@ -61,14 +61,15 @@ def _probe(host: HostFS, root: Path, query: str) -> tuple:
     try:
         real = os.path.realpath(host.real_path(query))
         assert real == str(root) or real.startswith(str(root) + os.sep) or not os.path.exists(real), real
-        assert host.resolve(query).startswith("/")
+        resolved = host.resolve(query)
+        assert resolved.startswith("/")
         listing = host.listdir(query)
     except HostFileError:
-        listing = None
+        resolved = listing = None
     kinds = tuple(check(query) for check in (host.exists, host.is_dir, host.is_file, host.is_link, host.readlink,
                                              host.link_name))  # total: never raises
     try:
         host.glob(query.rstrip("/") + "/*")
     except HostFileError:
         pass
-    return data, listing, kinds
+    return data, resolved, listing, kinds
