@@ -41,8 +41,15 @@ def host_text(value: Any) -> str:
 
 def host_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> Mapping[str, str]:
     """``frozen_map`` with every key and value passed through :func:`host_text`."""
-    pairs = items.items() if isinstance(items, Mapping) else (items or ())
-    return MappingProxyType({host_text(k): host_text(v) for k, v in pairs})
+    copy = dict(items or {})
+    try:
+        # one C-level check for the usual case (every key and value already clean text)
+        clean = "".join(copy).isprintable() and "".join(copy.values()).isprintable()
+    except TypeError:  # a non-string key or value: convert each
+        clean = False
+    if clean:
+        return MappingProxyType(copy)
+    return MappingProxyType({host_text(k): host_text(v) for k, v in copy.items()})
 
 
 def nfd_label(source: str, key: str) -> str:

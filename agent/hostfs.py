@@ -329,12 +329,27 @@ class HostFS:
         elif directory == "/":
             fd = os.open(self._prefix, _DIR_FLAGS)
         elif self._kernel_resolve:
-            fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
+            fd = self._child_dirfd(directory)
+            if fd < 0:
+                fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
         else:
             # every link on the way already followed inside the root: nothing left to follow
             fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
         self._keep_dirfd(directory, fd)
         return fd
+
+    def _child_dirfd(self, directory: str) -> int:
+        """A directory whose parent is already open and which is not itself a link: opened
+        relative to the parent (``O_NOFOLLOW``), sparing a walk from the root; -1 otherwise."""
+        parent, _, leaf = directory.rpartition("/")
+        parent_fd = self._dirfds.get(parent or "/")
+        if parent_fd is None or leaf in ("", ".", ".."):
+            return -1
+        try:
+            # with O_DIRECTORY a link fails (ENOTDIR) instead of O_PATH opening the link itself
+            return os.open(leaf, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+        except OSError:
+            return -1  # a link (or gone): the kernel's confined walk from the root decides
 
     def _open(self, norm: str, flags: int) -> int:
         """Open a normalised host path inside the root: parent descriptor + ``O_NOFOLLOW`` leaf;

@@ -215,3 +215,17 @@ def test_nul_bytes_in_a_path_are_missing_not_a_crash(tree, HostFS):
     assert host.read_attr("/sys/devices\x00/x") is None
     assert host.exists("/sys/\x00") is False and host.readlink("/sys/\x00") is None
     assert host.listdir("/sys/\x00") == []
+
+
+def test_a_link_is_never_opened_as_a_directory_relative_to_its_parent(tmp_path, HostFS):
+    # /sys/bus/x/dev -> absolute link; the parent is already open, the child must still be
+    # resolved inside the root rather than opened as the link itself
+    (tmp_path / "sys/bus/x").mkdir(parents=True)
+    (tmp_path / "sys/devices/dev").mkdir(parents=True)
+    (tmp_path / "sys/devices/dev/name").write_text("inside\n")
+    os.symlink("/sys/devices/dev", tmp_path / "sys/bus/x/dev")
+    (tmp_path / "sys/bus/x/plain").write_text("p\n")
+    host = HostFS(tmp_path)
+    assert host.read_attr("/sys/bus/x/plain") == "p"  # opens /sys/bus/x
+    assert host.read_attr("/sys/bus/x/dev/name") == "inside"
+    assert host.listdir("/sys/bus/x/dev") == ["name"]
