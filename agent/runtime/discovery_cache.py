@@ -4,8 +4,9 @@
 keeps the cached results of the others. A rerun source that failed as a whole
 (``agent.discovery_evidence``: its evidence path unreadable, or nothing but errors) keeps its
 previous result instead, and is listed in ``degraded`` until it reads again: removal needs
-positive evidence. ``generation`` increases on every refresh so the
-loop knows to rebuild its plan function (the Reconciler caches plans per function).
+positive evidence. ``generation`` increases on every refresh whose results differ from the
+last ones, so the loop rebuilds its plan function (the Reconciler caches plans per function)
+only then: a resync that finds the same host does not re-plan hundreds of instances.
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ class DiscoveryCache:
             elif self.degraded.pop(name, None) is not None:
                 log.info("source %s reads again", name, extra={"event": "source-recovered", "change": name})
                 self._notify(name, None)
+        previous_results = self.current.results if self.current is not None else None
         if self.current is None or set(names) == set(self.sources):
             self.current = Discovery(results, found.durations)
         else:
             self.current = Discovery({**self.current.results, **results},
                                      {**self.current.durations, **found.durations})
-        self.generation += 1
+        if previous_results is None or any(previous_results.get(n) != self.current.results.get(n) for n in names):
+            self.generation += 1
         log.debug("rediscovered %s in %.1f ms", ",".join(names), (time.perf_counter() - started) * 1000)
         return names
 

@@ -189,4 +189,10 @@ def test_discovery_cache_reruns_only_named_sources(tmp_path):
     assert cache.refresh(set()) == ()
     generation = cache.generation
     cache.refresh(None)
-    assert cache.generation == generation + 1 and sorted(timings) == ["cpu", "pci", "usb", "usb"]
+    # a resync that finds the same host keeps the generation: the plan is not rebuilt
+    assert cache.generation == generation and sorted(timings) == ["cpu", "pci", "usb", "usb"]
+    unchanged = cache.current
+    host.plug()
+    cache.refresh({"usb"})
+    assert cache.generation == generation + 1 and cache.current is not unchanged
+    assert any("18d1" in k for k in cache.current.labels)
