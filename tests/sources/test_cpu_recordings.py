@@ -250,3 +250,30 @@ def test_real_arm64_boards(tmp_path, text, flags, model):
     labels = {k[len(P):]: v for k, v in result.labels.items()}
     assert labels == {**_flags(flags), **model}
     assert not result.errors
+
+
+def test_own_proc_is_read_only_when_the_host_root_is_this_kernel(tmp_path):
+    """In the DaemonSet /host/proc/cpuinfo is the host's procfs file (size 0): the agent's own
+    /proc then holds the same kernel-wide facts.  Proven with a real bind mount of procfs."""
+    import os
+    import shutil
+    import subprocess
+
+    from agent.sources.cpu_ownproc import AUXV, kernel_file
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root and mount(8) to bind-mount /proc/cpuinfo (environment, not our code)")
+    (tmp_path / "proc").mkdir()
+    target = tmp_path / "proc/cpuinfo"
+    target.write_text("")
+    if subprocess.run(["mount", "--bind", "/proc/cpuinfo", str(target)], capture_output=True).returncode != 0:
+        pytest.skip("bind mounts are not permitted here (environment, not our code)")
+    try:
+        data, where = kernel_file(HostFS(tmp_path), AUXV, 4096)
+        with open("/proc/self/auxv", "rb") as own:
+            assert data == own.read(4096)
+        assert where == "/proc/self/auxv (own /proc)"
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+    target.write_text("processor\t: 0\n")  # a recording: never the replaying machine's /proc
+    assert kernel_file(HostFS(tmp_path), AUXV, 4096) == (None, AUXV)
