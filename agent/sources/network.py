@@ -37,7 +37,7 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
     reader = AttributeReader(host, NAME)
     if not host.is_dir(CLASS_NET):
         return SourceResult(NAME)
-    physical: list[Instance] = []
+    physical: list[tuple[dict[str, str], str]] = []  # raw attributes: VF counts are judged before cleaning
     virtual: list[Instance] = []
     for name in reader.listdir(CLASS_NET):
         if name in _NOT_INTERFACES:
@@ -50,11 +50,11 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
             reader.error(origin, f"interface {name} vanished during scan")
             continue
         if host.exists(f"{entry}/device"):
-            physical.append(Instance(read_physical(reader, entry, name), origin))
+            physical.append((read_physical(reader, entry, name), origin))
         else:
             virtual.append(Instance(read_attributes(reader, entry, name, _VIRTUAL_FILES), origin))
     labels, origins = sriov_labels(reader, physical)
-    features = {"device": Feature(instances=physical, origin=CLASS_NET),
+    features = {"device": Feature(instances=[Instance(attrs, origin) for attrs, origin in physical], origin=CLASS_NET),
                 "virtual": Feature(instances=virtual, origin=CLASS_NET)}
     return SourceResult(NAME, features, labels, reader.errors, origins)
 
@@ -79,19 +79,24 @@ def read_physical(reader: AttributeReader, entry: str, name: str) -> dict[str, s
     return attrs
 
 
-def sriov_labels(reader: AttributeReader, physical: list[Instance]) -> tuple[dict[str, str], dict[str, str]]:
-    """``network-sriov.capable`` / ``.configured`` when some physical NIC has VFs possible / made."""
+def sriov_labels(reader: AttributeReader,
+                 physical: list[tuple[dict[str, str], str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """``network-sriov.capable`` / ``.configured`` when some physical NIC has VFs possible / made.
+
+    Judged on the file's raw text, not on the cleaned instance attribute: a count with a
+    control character in it (``"\\x011"``) is a damaged file, not the count ``1`` that
+    removing the character would make of it."""
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
-    for instance in physical:
+    for attrs, origin in physical:
         for attr, key in (("sriov_totalvfs", "sriov.capable"), ("sriov_numvfs", "sriov.configured")):
-            value = instance.attributes.get(attr)
+            value = attrs.get(attr)
             if value is None:
                 continue
             if not is_decimal(value):
-                reader.error(f"{instance.origin}/device/{attr}", f"not a VF count: {value[:40]!r}")
+                reader.error(f"{origin}/device/{attr}", f"not a VF count: {value[:40]!r}")
                 continue
             if int(value) > 0:
                 labels[nfd_label(NAME, key)] = "true"
-                origins.setdefault(nfd_label(NAME, key), f"{instance.origin}/device/{attr}")
+                origins.setdefault(nfd_label(NAME, key), f"{origin}/device/{attr}")
     return labels, origins

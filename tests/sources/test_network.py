@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agent.discovery import DiscoveryConfig
@@ -197,6 +197,7 @@ def test_only_bonding_masters(tmp_path):
 
 @settings(max_examples=50, deadline=None)
 @given(st.binary(max_size=12), st.binary(max_size=12))
+@example(totalvfs=b"", numvfs=b"\x011")  # found by hypothesis: cleaning made the count 1 of it
 def test_any_vf_count_bytes(totalvfs, numvfs):
     """Labels only for a clean positive decimal count; anything else is an error or nothing."""
     with tempfile.TemporaryDirectory() as tmp:
