@@ -1,11 +1,12 @@
 """Work out which item a 422 refused, so only that item is skipped and the rest still applied.
 
 The API server reports validation failures as Status ``details.causes`` with a field path
-(``metadata.labels``, ``spec.taints[2].effect``, ``status.capacity[example.com/x]``) and a
-message quoting the bad value (``Invalid value: "bad key": ...``). Label errors name only
-``metadata.labels``, so the quoted key or value is matched against what we were sending.
-A JSON-patch apply failure (``Unable to remove nonexistent key``) names no item: the caller
-re-reads the node instead, since our view was stale.
+(``metadata.labels``, ``metadata.taints[2].effect`` — ``ValidateNode`` builds taint paths from
+"metadata" —, ``status.capacity.example.com/x``) and a message quoting the bad value
+(``Invalid value: "bad key": ...``); a main-resource update lists a metadata cause twice (two
+validators run). Label errors name only ``metadata.labels``, so the quoted key or value is
+matched against what we were sending. A JSON-patch op that does not apply (a stale view) is
+a 422 with a generic message and no causes: it names no item, and the caller re-reads.
 """
 
 from __future__ import annotations

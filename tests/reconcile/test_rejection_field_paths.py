@@ -33,3 +33,34 @@ def test_allocatable_path_too():
     cause = StatusCause("FieldValueInvalid", 'Invalid value: "-1": must be greater than or equal to 0',
                         "status.allocatable.example.com/x")
     assert rejected_items([cause], "", status_ops=ops) == {("resource", "example.com/x")}
+
+
+def test_real_shapes_from_the_main_resource_blame_the_right_items():
+    """The main resource's 422 as the real server shapes it (strategy.go: ValidateNode +
+    ValidateNodeUpdate): a bad label reported twice, a taint under metadata.taints[i]. The
+    blame is the same set of items as with one cause each."""
+    patch = {"metadata": {"labels": {"ok.example.com/a": "1", "bad key": "x"}},
+             "spec": {"taints": [{"key": "example.com/t", "value": "v", "effect": "Nope"}]}}
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        api = NodeApi.from_configuration(server.client_configuration(), request_timeout=(2.0, 5.0))
+        with pytest.raises(Invalid) as info:
+            api.patch_metadata("n1", patch)
+    causes = info.value.causes
+    assert [c.field for c in causes] == ["metadata.labels", "metadata.taints[0].effect", "metadata.labels"]
+    assert rejected_items(causes, info.value.message, metadata_patch=patch, our_taints=["example.com/t:Nope"]) == {
+        ("label", "bad key"), ("taint", "example.com/t:Nope")}
+
+
+def test_a_failed_json_patch_names_nothing_so_the_caller_rereads():
+    """patch.go answers a JSON-patch op that does not apply with 422, the generic message and
+    no causes: no item is blamed (the reconciler re-reads the node: its view was stale)."""
+    ops = [{"op": "remove", "path": "/status/capacity/example.com~1gone"}]
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        api = NodeApi.from_configuration(server.client_configuration(), request_timeout=(2.0, 5.0))
+        with pytest.raises(Invalid) as info:
+            api.patch_status("n1", ops)
+    assert info.value.causes == () and info.value.message == \
+        "the server rejected our request due to an error in our request"
+    assert rejected_items(info.value.causes, info.value.message, status_ops=ops) == set()

@@ -713,3 +713,23 @@ def test_kubectl_watch_and_apply(api, tmp_path):
     assert labels["apply.example.com/x"] == "1" and labels["team.example.com/owner"] == "infra"
     assert "kubectl.kubernetes.io/last-applied-configuration" in api.node("n1")["metadata"]["annotations"]
     assert done.stdout.strip() == "node/n1 unchanged"
+
+
+def test_404_and_409_status_bodies_as_apimachinery_builds_them(api, core):
+    """errors.NewNotFound / NewConflict / NewAlreadyExists: details carry the name and the
+    resource (not the kind) as "kind"; an empty group is omitted."""
+    status, body = send(api, "GET", "/api/v1/nodes/nope", None)
+    assert status == 404 and body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                      "message": 'nodes "nope" not found', "reason": "NotFound",
+                                      "details": {"name": "nope", "kind": "nodes"}, "code": 404}
+    stale = api.node("n1")["metadata"]["resourceVersion"]
+    api.edit_node("n1", lambda n: None)
+    status, body = send(api, "PATCH", "/api/v1/nodes/n1", {"metadata": {"resourceVersion": stale}}, MERGE)
+    assert status == 409 and body == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Conflict",
+        "message": 'Operation cannot be fulfilled on nodes "n1": the object has been modified; please apply your '
+                   "changes to the latest version and try again",
+        "details": {"name": "n1", "kind": "nodes"}, "code": 409}
+    status, body = send(api, "POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}})
+    assert status == 409 and body["reason"] == "AlreadyExists" and body["message"] == 'nodes "n2" already exists'
+    assert body["details"] == {"name": "n2", "kind": "nodes"}
