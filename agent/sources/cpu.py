@@ -135,7 +135,10 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
         probe.error(LIVE_FACTS_PATH, f"recorded CPU facts unusable: {exc}")
         return block, CPUINFO
     if facts:
-        return facts_as_block(facts), where
+        stand_in = facts_as_block(facts)
+        if not stand_in.arch:
+            probe.error(where, f"CPU facts for architecture {str(facts.get('arch', ''))[:20]!r} not used")
+        return stand_in, where
     if where == "py-cpuinfo":
         probe.error(CPUINFO, "py-cpuinfo gave no CPU facts either")
     return block, CPUINFO

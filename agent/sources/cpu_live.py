@@ -103,13 +103,16 @@ def facts_for(host: HostFS) -> tuple[dict[str, Any] | None, str]:
 
 
 def facts_as_block(facts: dict[str, Any]) -> CpuInfoBlock:
-    """Present py-cpuinfo facts as the ``/proc/cpuinfo`` block they stand in for."""
+    """Present py-cpuinfo facts as the ``/proc/cpuinfo`` block they stand in for (x86 and ARM
+    only; an empty block, which the source reports, for any other architecture)."""
     arch = str(facts.get("arch", "")).lower()
     flags = " ".join(facts.get("flags", []))
     if arch.startswith(("aarch64", "arm64")):
         return CpuInfoBlock({"Features": flags, "CPU architecture": "8"})
     if arch.startswith("arm"):
         return CpuInfoBlock({"Features": flags, "CPU architecture": "7"})
+    if not arch.startswith(("x86", "amd64", "i386", "i486", "i586", "i686")):
+        return CpuInfoBlock()  # s390x, ppc64le, riscv64...: py-cpuinfo's flags are not NFD's hwcaps
     fields = {"vendor_id": str(facts.get("vendor_id", "")), "flags": flags}
     if "family" in facts:
         fields["cpu family"] = str(facts["family"])

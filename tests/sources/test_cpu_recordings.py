@@ -277,3 +277,14 @@ def test_own_proc_is_read_only_when_the_host_root_is_this_kernel(tmp_path):
         subprocess.run(["umount", str(target)], check=True)
     target.write_text("processor\t: 0\n")  # a recording: never the replaying machine's /proc
     assert kernel_file(HostFS(tmp_path), AUXV, 4096) == (None, AUXV)
+
+
+def test_recorded_live_facts_of_another_architecture_are_not_read_as_x86(tmp_path):
+    import json
+
+    (tmp_path / ".node-feature-agent").mkdir()
+    (tmp_path / ".node-feature-agent/cpu-live.json").write_text(
+        json.dumps({"arch": "ppc64le", "vendor_id": "", "flags": ["altivec", "vsx", "fpu"]}))
+    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    assert not result.labels
+    assert "CPU facts for architecture 'ppc64le' not used" in [e.message for e in result.errors]
