@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI must be reproducible: its run derandomizes hypothesis (the same examples for the same
+# code), so a red CI is a real regression, not a new random draw. Local runs keep drawing new
+# examples, which is how the fuzzers find bugs; a bug they find becomes an @example.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures" / "sysfs"
