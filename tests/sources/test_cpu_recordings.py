@@ -70,6 +70,10 @@ EXPECTED: dict[str, tuple[dict[str, str], list[str]]] = {
     "lscpu-s390-lpar": ({
         **_flags("ESAN3 ZARCH STFLE MSA LDISP EIMM DFP ETF3EH HIGHGPRS"),
         **_model("IBM_S390", "0", "0", "none"), "hardware_multithreading": "false"}, []),
+    # Nested: the first "Control Program:" line of /proc/sysinfo (KVM under z/VM) wins.
+    "lscpu-s390-nested-virt": ({
+        **_flags("ESAN3 ZARCH STFLE MSA LDISP EIMM DFP EDAT ETF3EH HIGHGPRS TE VX"),
+        **_model("IBM_S390", "0", "0", "KVM_Linux"), "hardware_multithreading": "false"}, []),
     # POWER7, SMT4: no auxv in the recording, so no flags (and one error saying so).
     "lscpu-ppc64-POWER7": ({**NOTHING_READ, "hardware_multithreading": "true"},
                            ["missing; ppc64 cpuinfo has no feature list, so no cpu-cpuid flags"]),
