@@ -126,7 +126,7 @@ X86_VENDORS: Mapping[str, str] = {
     "AMDisbetter!": "AMD", "AuthenticAMD": "AMD", "CentaurHauls": "VIA", "GenuineIntel": "Intel",
     "TransmetaCPU": "Transmeta", "GenuineTMx86": "Transmeta", "Geode by NSC": "NSC", "VIA VIA VIA": "VIA",
     "HygonGenuine": "Hygon", "Vortex86 SoC": "SiS", "SiS SiS SiS": "SiS", "RiseRiseRise": "SiS",
-    "Genuine  RDC": "RDC", "Shanghai": "VIA",
+    "Genuine  RDC": "RDC",  # Zhaoxin's "  Shanghai  " is not in klauspost's map: VendorUnknown
 }
 """Keys without the padding spaces the 12-byte CPUID string may carry (cpuinfo shows them trimmed)."""
 

@@ -292,3 +292,13 @@ def test_recorded_live_facts_of_another_architecture_are_not_read_as_x86(tmp_pat
     result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
     assert not result.labels
     assert "CPU facts for architecture 'ppc64le' not used" in [e.message for e in result.errors]
+
+
+@pytest.mark.parametrize("vendor_id,expected", [("CentaurHauls", "VIA"), ("  Shanghai  ", "VendorUnknown"),
+                                                ("HygonGenuine", "Hygon"), ("VIA VIA VIA ", "VIA")])
+def test_x86_vendor_names_are_klauspost_vendor_mapping(tmp_path, vendor_id, expected):
+    """cpuid.go vendorMapping: Zhaoxin's "  Shanghai  " is absent there, so NFD says VendorUnknown."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor_id}\ncpu family\t: 7\n"
+                                           f"model\t\t: 59\nflags\t\t: fpu sse sse2\n\n")
+    assert cpu.discover(HostFS(tmp_path), DiscoveryConfig()).labels[P + "model.vendor_id"] == expected
