@@ -6,7 +6,7 @@ Semantics follow the real apiserver (reference section 3.1):
 * a specific version: only changes after it; older than the compaction point gives an
   in-stream ``ERROR`` event with a 410 ``Expired`` Status (or HTTP 410 when the server's
   ``watch_410`` is ``"http"``);
-* ``allowWatchBookmarks``: ``BOOKMARK`` events (object with only ``metadata.resourceVersion``)
+* ``allowWatchBookmarks``: ``BOOKMARK`` events (an empty object with ``metadata.resourceVersion``)
   every ``bookmark_interval`` seconds, on ``send_bookmarks()``, and just before a timeout;
 * ``timeoutSeconds``: the stream ends cleanly after that long.
 
@@ -101,6 +101,26 @@ class WatchRegistry:
             return len(self.open)
 
 
+_NODE_INFO_FIELDS = ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
+                     "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture")
+
+
+def bookmark(kind: str, rv: int) -> dict[str, Any]:
+    """A BOOKMARK's object: an empty object of the watched kind carrying only the version, as
+    Go serializes an empty typed object: ``creationTimestamp: null`` (metav1.Time has no
+    omitempty effect) and, for a Node, the struct-valued status fields that ``omitempty``
+    cannot drop (``daemonEndpoints``, ``nodeInfo`` with its string fields). The pattern
+    (``creationTimestamp: null``, zero spec/status) is from a recorded Pod bookmark; the Node
+    fields are read from the k8s.io/api struct tags, not recorded."""
+    obj: dict[str, Any] = {"kind": kind, "apiVersion": "v1",
+                           "metadata": {"resourceVersion": str(rv), "creationTimestamp": None}}
+    if kind == "Node":
+        obj["spec"] = {}
+        obj["status"] = {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                         "nodeInfo": {name: "" for name in _NODE_INFO_FIELDS}}
+    return obj
+
+
 def _line(kind: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
@@ -164,7 +184,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
         if watcher.bookmarks and (watcher.bookmark_due or now >= next_bookmark or timed_out):
             watcher.bookmark_due = False
             next_bookmark = now + bookmark_interval
-            send(line("BOOKMARK", {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(cursor)}}))
+            send(line("BOOKMARK", bookmark(kind, cursor)))
         watcher.bookmark_due = False
         if timed_out:
             return "timeout"

@@ -290,6 +290,7 @@ def test_empty_maps_are_omitted_like_go(api, core):
 def test_watch_from_a_version_sees_changes_and_bookmarks(api, core):
     rv = core.list_node(_request_timeout=TIMEOUT).metadata.resource_version
     got: list[tuple[str, str]] = []
+    bookmarks: list[dict] = []
     w = watch.Watch()
 
     def consume():
@@ -298,6 +299,7 @@ def test_watch_from_a_version_sees_changes_and_bookmarks(api, core):
             obj = event["raw_object"]
             got.append((event["type"], obj["metadata"].get("labels", {}).get("w", "")))
             if event["type"] == "BOOKMARK":
+                bookmarks.append(obj)
                 w.stop()
 
     thread = threading.Thread(target=consume, daemon=True)
@@ -311,6 +313,9 @@ def test_watch_from_a_version_sees_changes_and_bookmarks(api, core):
     assert not thread.is_alive()
     assert got == [("MODIFIED", "1"), ("BOOKMARK", "")]
     assert w.resource_version == str(api.store.rv)  # the client took the bookmark's (latest) version
+    [mark] = bookmarks  # an empty Node as Go serializes one: no name, no uid, the version
+    assert mark["metadata"] == {"resourceVersion": str(api.store.rv), "creationTimestamp": None}
+    assert mark["kind"] == "Node" and mark["spec"] == {} and mark["status"]["nodeInfo"]["machineID"] == ""
     watches = [r for r in api.requests if r.query.get("watch") == "true"]
     assert watches[0].query["resourceVersion"] == rv and watches[0].query["allowWatchBookmarks"] == "true"
 
