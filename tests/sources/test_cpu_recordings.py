@@ -50,6 +50,12 @@ EXPECTED: dict[str, tuple[dict[str, str], list[str]]] = {
     "lscpu-x86_64-dell_e4310": ({
         **_flags("AESNI CMPXCHG8 FXSR FXSROPT LAHF SYSCALL SYSEE VMX X87 X86_64_V1 X86_64_V2"),
         **_model("Intel", "6", "37", "none"), "hardware_multithreading": "true"}, []),
+    # AMD Opteron 6328 (family 21, Piledriver): AVXSLOW, XOP/FMA4 with AVX, TSA_*_NO, no SSBD bit.
+    "lscpu-vmware_fpe": ({
+        **_flags("AESNI AVX AVXSLOW CMPXCHG8 CPBOOST FMA3 FMA4 FXSR FXSROPT IBPB IBS LAHF LBRVIRT NRIPS OSXSAVE "
+                 "SSE4A SVM SVMDA SVMFBASID SVML SVMNP SVMPF SVMPFT SYSCALL SYSEE TBM TOPEXT TSA_L1_NO TSA_SQ_NO "
+                 "TSCRATEMSR VMCBCLEAN X87 XOP XSAVE X86_64_V1 X86_64_V2"),
+        **_model("AMD", "21", "2", "none"), "hardware_multithreading": "true"}, []),
     # arm64 big.LITTLE with the cpuid hwcap: MIDR of cpu0 (Cortex-A510 r1p1): 0x411FD461.
     "lscpu-arm-A510-A710-A715-X3": ({
         **_flags("FP ASIMD EVTSTRM AES PMULL SHA1 SHA2 CRC32 ATOMICS FPHP ASIMDHP CPUID ASIMDRDM JSCVT FCMA "
