@@ -3,6 +3,10 @@ annotations) from discovery plus the rule catalogue; no cluster needed.
 
 Problems (refused items, failed rules, bad rule files) go to stderr; the plan is printed
 either way so one bad rule never hides the rest.  Exit status 0, or 2 for bad usage.
+
+``--device-plugin on`` previews ``run --device-plugin=on``: the resources kubelet would own
+leave the extended resources, and the devices each one's plugin would advertise (IDs, health,
+``/dev`` nodes) are printed under ``devices``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
     parser.add_argument("--format", choices=("json", "table"), default="json")
+    parser.add_argument("--device-plugin", choices=("on", "off"), default="off",
+                        help="on: show what run --device-plugin=on would serve to kubelet (devices, /dev nodes)")
 
 
 def node_labels(args: argparse.Namespace) -> dict[str, str]:
@@ -89,14 +95,48 @@ def render_table(state) -> str:
     return "\n".join(lines)
 
 
+def plugin_devices(args: argparse.Namespace, state) -> dict[str, list[dict]]:
+    """What each resource's device plugin would advertise on this host, as ``run`` resolves it."""
+    from agent.deviceplugin.resolve import resolve_claims
+    from agent.hostfs import HostFS
+
+    out: dict[str, list[dict]] = {}
+    for name, resolved in sorted(resolve_claims(HostFS(args.host_root), state.device_claims).items()):
+        out[name] = [{"id": d.id, "health": "Healthy" if d.healthy else "Unhealthy",
+                      "nodes": [n.host_path for n in d.nodes], **({"why": d.why} if d.why else {})}
+                     for d in resolved.devices]
+    return out
+
+
+def render_devices(devices: dict[str, list[dict]]) -> str:
+    lines = [f"DEVICE PLUGIN ({len(devices)} resource(s), kubelet owns their capacity)"]
+    for name, items in devices.items():
+        lines.append(f"  {name}: {len(items)} device(s)")
+        for item in items:
+            why = f"   ({item['why']})" if "why" in item else ""
+            lines.append(f"    {item['id']}  {item['health']}  {' '.join(item['nodes']) or '-'}{why}")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     result, _ = compute(args)
     state = result.state
     for problem in state.problems:
         print(f"plan: {problem}", file=sys.stderr)
+    devices = None
+    if getattr(args, "device_plugin", "off") == "on":
+        from agent.runtime.device_service import hand_to_kubelet
+
+        devices = plugin_devices(args, state)
+        state = hand_to_kubelet(state)
     if args.format == "json":
-        json.dump(state.to_json(), sys.stdout, indent=2)
+        body = state.to_json()
+        if devices is not None:
+            body["devices"] = devices
+        json.dump(body, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render_table(state))
+        if devices is not None:
+            print(render_devices(devices))
     return 0
