@@ -183,6 +183,9 @@ class DevicePlugins:
                 done = self._registered.get(name)
             if server is None or kubelet is None or done == kubelet:
                 continue
+            if not server.socket_intact():  # wiped by a starting kubelet: serve anew first (next tick)
+                self._wake.set()
+                continue
             self._register(name, server, kubelet)
 
     def _ensure_server(self, name: str, state: ResourceDevices) -> None:

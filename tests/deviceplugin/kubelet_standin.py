@@ -118,7 +118,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
             seen = self.lists.get(resource)
             return seen[-1] if seen else None
 
-    def wait_for(self, predicate, timeout: float = 10.0):
+    def wait_for(self, predicate, timeout: float = 20.0):  # generous: shared, loaded CPUs
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -130,7 +130,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
                     raise AssertionError("kubelet stand-in: condition not reached in time")
                 self._cond.wait(min(left, 0.2))
 
-    def wait_list(self, resource: str, expected, timeout: float = 10.0):
+    def wait_list(self, resource: str, expected, timeout: float = 20.0):
         return self.wait_for(lambda: self.latest(resource) == sorted(expected), timeout)
 
     def stub(self, resource: str):
