@@ -130,6 +130,9 @@ def test_a_passs_events_go_out_after_both_writes(server, make_harness):
     h = make_harness(retries=1).start()
     h.unplug()
     h.wait_converged(what="unplugged")
+    # the unplug pass's Event follows its writes: wait for it, or it lands in the plug's record
+    wait_for(lambda: [r.method for r in server.requests if r.method in ("PATCH", "POST")][-1:] == ["POST"],
+             what="the unplug pass's Event")
     server.clear_requests()
     h.plug()
     h.wait_converged(what="plugged")
