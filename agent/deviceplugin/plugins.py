@@ -228,6 +228,8 @@ class DevicePlugins:
         try:
             register(self.kubelet_socket, name, server.endpoint, self.register_timeout)
         except grpc.RpcError as err:
+            if self._stopping.is_set():
+                return  # shutting down: the call was cut short on purpose
             self._on_registration(name, "failed")
             detail = f"{err.code().name}: {err.details()}" if hasattr(err, "code") else str(err)
             self._note_error(name, f"kubelet refused or did not answer the registration of {name}: {detail}")

@@ -84,3 +84,15 @@ def test_device_ids_name_where_the_device_sits(attributes, origin, expected):
         assert ident == expected
     else:  # too long: shortened with a hash of the whole, still stable
         assert ident == device_id(MatchedDevice("usb.device", attributes, origin)) and ident.startswith("usb-xxx")
+
+
+def test_junk_in_a_class_device_makes_that_device_unhealthy_not_the_pass_fail(tmp_path):
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "edge-ai", root, symlinks=True)
+    (root / "sys/devices/virtual/hailo_chardev/hailo0/uevent").write_bytes(b"MAJOR=236\x00\xff\xfe DEVNAME=hailo0")
+    (root / "sys/devices/pci0000:00/0000:00:1c.0/0000:01:00.0/apex/apex_0/dev").unlink()  # vanished mid-scan
+    _, devices = plugin_devices(root)
+    assert devices[HAILO][0][1] == [] and devices[HAILO][0][2]
+    apex = next(d for d in devices[TPU] if d[0] == "pci-0000:01:00.0")
+    assert apex[1] == [] and "no device node found" in apex[2]
+    assert next(d for d in devices[TPU] if d[0].startswith("usb-"))[2] == ""  # the others are unaffected
