@@ -29,6 +29,7 @@ import posixpath
 import stat
 import sys
 import threading
+from threading import get_ident as _get_ident
 from pathlib import Path
 from typing import Callable
 
@@ -50,7 +51,7 @@ _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 #: open directory descriptors kept per pass; sources read one directory's files together, so a
 #: small FIFO keeps nearly every hit while staying far below any RLIMIT_NOFILE
-_MAX_DIR_FDS = 64
+_MAX_DIR_FDS = 128
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
@@ -91,15 +92,24 @@ def _openat2_available() -> bool:
     return _openat2_state
 
 
+#: flags -> (open_how struct, pointer to it): built once per set of flags
+_HOWS: dict[int, tuple] = {}
+
+
 def _openat2(dirfd: int, path: str, flags: int) -> int:
     """``openat2(dirfd, path, {flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS})`` or OSError."""
-    import ctypes
-
     if "\x00" in path:
         raise OSError(errno.ENOENT, "NUL byte in path", path)
-    how = _OPEN_HOW(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-    fd = _SYSCALL(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    how = _HOWS.get(flags)
+    if how is None:
+        import ctypes
+
+        struct = _OPEN_HOW(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        how = _HOWS[flags] = (struct, ctypes.byref(struct), ctypes.sizeof(struct))
+    fd = _SYSCALL(_SYS_OPENAT2, dirfd, path.encode("utf-8", "surrogateescape"), how[1], how[2])
     if fd < 0:
+        import ctypes
+
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), path)
     return fd
@@ -264,6 +274,10 @@ class HostFS:
             if is_dir and found not in self._dirfds:
                 self._keep_dirfd(found, fd)
                 kept = True
+                if norm != found and norm not in self._dirfds:
+                    # sources read through the link too (/sys/bus/usb/devices/1-2/idVendor):
+                    # the same directory under that name, without another walk
+                    self._keep_dirfd(norm, os.dup(fd))
             return found
         except OSError:
             return None
@@ -328,28 +342,38 @@ class HostFS:
             fd = os.open(directory, _DIR_FLAGS)
         elif directory == "/":
             fd = os.open(self._prefix, _DIR_FLAGS)
-        elif self._kernel_resolve:
-            fd = self._child_dirfd(directory)
-            if fd < 0:
-                fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
         else:
-            # every link on the way already followed inside the root: nothing left to follow
-            fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
+            fd = self._child_dirfd(directory)
+            if fd >= 0:
+                pass
+            elif self._kernel_resolve:
+                # a link (/sys/bus/usb/devices/1-2): resolve it once, keeping the directory
+                # under both names for the reads and the resolve() that follow
+                if self._kernel_resolve_norm(directory) is not None and directory in self._dirfds:
+                    return self._dirfds[directory]
+                fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
+            else:
+                # every link on the way already followed inside the root: nothing left to follow
+                fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
         self._keep_dirfd(directory, fd)
         return fd
 
     def _child_dirfd(self, directory: str) -> int:
-        """A directory whose parent is already open and which is not itself a link: opened
-        relative to the parent (``O_NOFOLLOW``), sparing a walk from the root; -1 otherwise."""
+        """A directory opened relative to its (cached, or now opened) parent with
+        ``O_DIRECTORY | O_NOFOLLOW``: one short lookup, contained because the parent is and the
+        child is no link.  -1 when the child is a link (or not a directory): then the confined
+        walk from the root decides.  ``OSError`` when it is not there."""
         parent, _, leaf = directory.rpartition("/")
-        parent_fd = self._dirfds.get(parent or "/")
-        if parent_fd is None or leaf in ("", ".", ".."):
+        if leaf in ("", ".", ".."):
             return -1
+        parent_fd = self._dirfd(parent or "/")
         try:
             # with O_DIRECTORY a link fails (ENOTDIR) instead of O_PATH opening the link itself
             return os.open(leaf, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
-        except OSError:
-            return -1  # a link (or gone): the kernel's confined walk from the root decides
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENODEV):
+                raise
+            return -1
 
     def _open(self, norm: str, flags: int) -> int:
         """Open a normalised host path inside the root: parent descriptor + ``O_NOFOLLOW`` leaf;
@@ -417,11 +441,23 @@ class HostFS:
         is its end.  Files that report size 0 (procfs) hand out a page per read and are read
         until the kernel says end of file.
         """
-        self._record(host_path)
+        if self._recorder is not None:
+            self._record(host_path)
         norm = self._normalise(host_path)
         try:
-            # raw descriptors, not io objects: this is the hottest call of a discovery pass
-            fd = self._open(norm, _READ_FLAGS)
+            # raw descriptors, not io objects: this is the hottest call of a discovery pass;
+            # the common case (parent directory open, leaf no link) inline, the rest in _open
+            parent, _, leaf = norm.rpartition("/")
+            dirfd = self._dirfds.get(parent) if self._owner == _get_ident() and self._prefix else None
+            if dirfd is None or "\x00" in leaf or not leaf:
+                fd = self._open(norm, _READ_FLAGS)
+            else:
+                try:
+                    fd = os.open(leaf, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=dirfd)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise
+                    fd = self._open(norm, _READ_FLAGS)
             try:
                 status = os.fstat(fd)
                 mode = status.st_mode
