@@ -138,15 +138,18 @@ class DevicePlugins:
         return self._thread.is_alive()
 
     def stop(self, timeout: float = 1.0) -> None:
+        """Within about ``timeout`` seconds: the thread is told to end (a Register call in flight
+        is abandoned), every server stops at once and the sockets go."""
+        deadline = time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(timeout / 2)
         with self._lock:
             servers, self._servers = dict(self._servers), {}
             self._registered.clear()
-        for server in servers.values():
-            server.stop(grace=0.1)
+        for server in servers.values():  # grpc's stop does not block; the waits share the deadline
+            server.stop(grace=0.05, wait=max(0.0, deadline - time.monotonic()) / max(1, len(servers)))
 
     # -- the device-plugins thread ----------------------------------------------------------
     def _run(self) -> None:

@@ -175,12 +175,14 @@ class ResourceServer:
         """False once someone removed or replaced our socket (kubelet does on its start)."""
         return self._inode is not None and _identity(self.socket_path) == self._inode
 
-    def stop(self, grace: float = 0.2) -> None:
+    def stop(self, grace: float = 0.2, wait: float | None = None) -> None:
+        """End the streams, stop serving (waiting at most ``wait`` seconds, default grace + 0.2)
+        and remove our socket if it is still ours."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
         if self._server is not None:
-            self._server.stop(grace).wait(grace + 0.2)
+            self._server.stop(grace).wait(grace + 0.2 if wait is None else wait)
             self._server = None
         if self._inode is not None and _identity(self.socket_path) == self._inode:
             try:
