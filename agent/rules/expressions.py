@@ -19,11 +19,14 @@ import re
 from agent.gotemplate.regexp import FunctionError, compile_go
 from agent.rules.model import OPERATORS, Expression
 
+# Go's ^...$ without (?m) anchors at the ends of the text: fullmatch, never Python's $ (which
+# also matches before a final newline). Neither Go parser trims whitespace.
 _SEMVER = re.compile(
-    r"^v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?"
-    r"(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?$"
+    r"v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?"
+    r"(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?"
 )
-_INT = re.compile(r"^[+-]?[0-9]+$")
+_INT = re.compile(r"[+-]?[0-9]+")
+_INT64 = range(-(2**63), 2**63)  # strconv.Atoi on a 64-bit platform: out of range is an error
 NO_VALUES = ("Exists", "DoesNotExist", "IsTrue", "IsFalse")
 SOME_VALUES = ("In", "NotIn", "InRegexp")
 ONE_VALUE = ("Gt", "Ge", "Lt", "Le")
@@ -36,7 +39,7 @@ class RuleEvaluationError(ValueError):
 
 def parse_version(text: str) -> tuple[int, int, int]:
     """Loose semver -> (major, minor, patch); prerelease/build dropped."""
-    match = _SEMVER.match(text.strip())
+    match = _SEMVER.fullmatch(text)
     if not match:
         raise RuleEvaluationError(f"invalid semantic version {text!r}")
     major, minor, patch = match.group(1), match.group(2), match.group(3)
@@ -46,7 +49,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 def _number(text: str, value_type: str):
     if value_type == "version":
         return parse_version(text)
-    if not _INT.match(text.strip()):
+    if not _INT.fullmatch(text) or int(text) not in _INT64:
         raise RuleEvaluationError(f"not an integer: {text!r}")
     return int(text)
 

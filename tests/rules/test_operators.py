@@ -87,3 +87,34 @@ def test_version_parsing_is_loose_semver():
     assert parse_version("6") == (6, 0, 0)
     with pytest.raises(RuleEvaluationError):
         parse_version("six")
+
+
+# Recorded from real Go (Go 1.19, Debian 2026-11-24): strconv.Atoi, which NFD's Gt/Lt use on
+# the feature value, and Masterminds semver NewVersion (golang-github-masterminds-semver-dev
+# 3.2.0), which `type: version` uses. Neither trims whitespace; Go's $ is end of text.
+GO_ATOI = [("5", 5), (" 5", None), ("5\n", None), ("+5", 5), ("-5", -5), ("0x10", None),
+           ("9223372036854775807", 9223372036854775807), ("9223372036854775808", None),
+           ("-9223372036854775808", -9223372036854775808), ("", None), ("1_000", None), ("٣", None)]
+GO_SEMVER = [("1.2.3", (1, 2, 3)), (" 1.2.3", None), ("1.2.3\n", None), ("v1.2", (1, 2, 0)), ("5", (5, 0, 0)),
+             ("1.2.3-rc1+b7", (1, 2, 3)), ("1.2.3.4", None), ("01.2.3", (1, 2, 3)), ("4.19.0-26-amd64", (4, 19, 0))]
+
+
+@pytest.mark.parametrize("text,number", GO_ATOI)
+def test_integer_values_parse_as_go_atoi_does(text, number):
+    expr = Expression("x", "Ge", ("-9223372036854775808",))
+    if number is None:
+        with pytest.raises(RuleEvaluationError):
+            evaluate(expr, True, text)
+    else:
+        assert evaluate(expr, True, text) is True
+        assert evaluate(Expression("x", "Le", (str(number),)), True, text) is True
+        assert evaluate(Expression("x", "Lt", (str(number),)), True, text) is False
+
+
+@pytest.mark.parametrize("text,version", GO_SEMVER)
+def test_versions_parse_as_masterminds_semver_does(text, version):
+    if version is None:
+        with pytest.raises(RuleEvaluationError):
+            parse_version(text)
+    else:
+        assert parse_version(text) == version
