@@ -50,6 +50,14 @@ EXPECTED: dict[str, tuple[dict[str, str], list[str]]] = {
     "lscpu-x86_64-dell_e4310": ({
         **_flags("AESNI CMPXCHG8 FXSR FXSROPT LAHF SYSCALL SYSEE VMX X87 X86_64_V1 X86_64_V2"),
         **_model("Intel", "6", "37", "none"), "hardware_multithreading": "true"}, []),
+    # Intel Tiger Lake laptop on Linux 6.2: AVX-512, Intel's SSBD bit, no IBRS flag (AMD-only in klauspost).
+    "lscpu-x86_64-64cpu-linux6.2": ({
+        **_flags("ADX AESNI AVX AVX2 AVX512BITALG AVX512BW AVX512CD AVX512DQ AVX512F AVX512IFMA AVX512VBMI "
+                 "AVX512VBMI2 AVX512VL AVX512VNNI AVX512VP2INTERSECT AVX512VPOPCNTDQ CETIBT CMPXCHG8 FLUSH_L1D FMA3 "
+                 "FSRM FXSR FXSROPT GFNI IA32_ARCH_CAP IBPB LAHF MD_CLEAR MOVBE MOVDIR64B MOVDIRI OSXSAVE SHA "
+                 "SPEC_CTRL_SSBD STIBP SYSCALL SYSEE VAES VMX VPCLMULQDQ X87 XGETBV1 XSAVE XSAVEC XSAVEOPT XSAVES "
+                 "X86_64_V1 X86_64_V2 X86_64_V3 X86_64_V4"),
+        **_model("Intel", "6", "140", "none"), "hardware_multithreading": "true"}, []),
     # AMD Opteron 6328 (family 21, Piledriver): AVXSLOW, XOP/FMA4 with AVX, TSA_*_NO, no SSBD bit.
     "lscpu-vmware_fpe": ({
         **_flags("AESNI AVX AVXSLOW CMPXCHG8 CPBOOST FMA3 FMA4 FXSR FXSROPT IBPB IBS LAHF LBRVIRT NRIPS OSXSAVE "
