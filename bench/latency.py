@@ -214,6 +214,20 @@ def wait_file(path: str, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+def heartbeats(server: FakeApiServer, stop: threading.Event, every: float = HEARTBEAT,
+               sent: dict | None = None, node: str = NODE) -> None:
+    """A simulated kubelet: edit ``node``'s status every ``every`` s (bench/soak.py uses it too);
+    ``sent["sent"]`` counts the edits that went in."""
+    while not stop.wait(every):
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            server.edit_node(node, lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime=stamp) and None)
+        except Exception:  # noqa: BLE001 - a lost heartbeat is just not counted
+            continue
+        if sent is not None:
+            sent["sent"] = sent.get("sent", 0) + 1
+
+
 def agent_requests(server: FakeApiServer) -> list:
     return [r for r in server.requests if r.query.get("timeoutSeconds") != OBSERVER_TIMEOUT]
 
@@ -345,21 +359,12 @@ def run_idle(tmp: Path, server: FakeApiServer, window: float) -> dict:
     stop = threading.Event()
     beats = {"sent": 0}
 
-    def heartbeats() -> None:
-        while not stop.wait(HEARTBEAT):
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            try:
-                server.edit_node(NODE, lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime=stamp) and None)
-                beats["sent"] += 1
-            except Exception:  # noqa: BLE001 - a lost heartbeat is just not counted
-                pass
-
     try:
         if observer.wait((True, True), timeout=60) is None:
             raise SystemExit("the idle agent never labelled the node")
         time.sleep(3.0)
         agent = psutil.Process(proc.pid)
-        thread = threading.Thread(target=heartbeats, daemon=True)
+        thread = threading.Thread(target=heartbeats, args=(server, stop, HEARTBEAT, beats), daemon=True)
         server.clear_requests()
         log_mark = len(log_records(proc))
         cpu_before = sum(agent.cpu_times()[:2])

@@ -274,7 +274,7 @@ class Soak:
         beats_stop = threading.Event()
         threads = [threading.Thread(target=t, daemon=True) for t in (self._hotplugs, self._rules_edits, self._faults,
                                                                       self._observe)]
-        threads.append(threading.Thread(target=heartbeats, args=(self.server, beats_stop), daemon=True))
+        threads.append(threading.Thread(target=heartbeats, args=(self.server, beats_stop, 10.0, None, NODE), daemon=True))
         for t in threads:
             t.start()
         self.stop.wait(self.args.duration)
