@@ -196,3 +196,21 @@ def test_discovery_cache_reruns_only_named_sources(tmp_path):
     cache.refresh({"usb"})
     assert cache.generation == generation + 1 and cache.current is not unchanged
     assert any("18d1" in k for k in cache.current.labels)
+
+
+def test_a_partial_rescan_never_removes_what_other_sources_found(tmp_path):
+    """A USB event reruns usb/network/storage only. The GPU (0000:00:02.0, the only class-0300
+    function of this host) vanishing from the PCI tree at the same time, with no PCI event, must
+    not take the PCI source's label away: only a PCI event or the resync may rerun ``pci``."""
+    host = CoralHost(tmp_path)
+    cache = DiscoveryCache(HostFS(str(host.root)), DiscoveryConfig(), ["pci", "usb", "network", "storage"])
+    cache.refresh(None)
+    gpu = "feature.node.kubernetes.io/pci-0300_8086.present"
+    assert gpu in cache.current.labels
+    (host.root / "sys/bus/pci/devices/0000:00:02.0").unlink()
+    host.unplug()
+    assert cache.refresh(sources_for("usb")) == ("network", "storage", "usb")
+    assert gpu in cache.current.labels  # pci was not rerun: its result stands
+    assert not any("18d1" in k for k in cache.current.labels)  # the USB change itself went through
+    cache.refresh(sources_for("pci"))
+    assert gpu not in cache.current.labels  # a PCI event (or the resync) does rerun pci
