@@ -342,6 +342,13 @@ class _Handler(BaseHTTPRequestHandler):
             fake._stopping.wait(fault.seconds)
         record.status = code
         fake._record(record)
+        if isinstance(body, bytes):  # a recorded JSON document, served byte for byte
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if isinstance(body, str):
             data = body.encode()
             self.send_response(code)
@@ -733,6 +740,10 @@ class FakeApiServer:
             return 200, discovery.api_versions(f"127.0.0.1:{self.port}")
         if parts == ["apis"]:
             return 200, discovery.group_list()
+        if parts == ["openapi", "v3"]:
+            return 200, discovery.openapi_v3_root()
+        if parts == ["openapi", "v3", "api", "v1"]:
+            return 200, discovery.openapi_v3_core()  # bytes: the recorded document, unchanged
         if parts == ["api", "v1"]:
             return 200, discovery.resource_list("v1")
         if len(parts) == 3 and parts[0] == "apis":

@@ -1,9 +1,13 @@
-"""Discovery documents (``/api``, ``/api/v1``, ``/apis``, ``/version``) and the server-side
+"""Discovery documents (``/api``, ``/api/v1``, ``/apis``, ``/version``, ``/openapi/v3``) and the server-side
 ``Table`` that ``kubectl get`` asks for, so kubectl works against the fake server."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import gzip
+import hashlib
+from pathlib import Path
 from typing import Any
 
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-fake", "gitCommit": "0" * 40,
@@ -88,3 +92,23 @@ def table(resource: str, items: list[dict[str, Any]], rv: int) -> dict[str, Any]
             "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                                  "metadata": item["metadata"]}}
                      for cells, item in zip(rows, items)]}
+
+
+# The real OpenAPI v3 document of the core group, recorded by Kubernetes itself: client-go's
+# openapi/openapitest/testdata/api__v1_openapi.json (kubernetes/client-go a63d339, 2026-02-13),
+# gzipped. kubectl apply needs it (validation, and the schema its patch is built from).
+OPENAPI_V1 = Path(__file__).resolve().parent.parent / "data" / "k8s" / "openapi" / "api__v1_openapi.json.gz"
+
+
+@functools.lru_cache(maxsize=1)
+def openapi_v3_core() -> bytes:
+    """The recorded document, as bytes (served unchanged)."""
+    return gzip.decompress(OPENAPI_V1.read_bytes())
+
+
+def openapi_v3_root() -> dict[str, Any]:
+    """``/openapi/v3``: each group-version's document by a content-hashed URL, as
+    kube-openapi's ``handler3`` lists them (kubectl uses the URL as given; only the core group's
+    document is recorded, so only ``api/v1`` is listed)."""
+    digest = hashlib.sha512(openapi_v3_core()).hexdigest().upper()
+    return {"paths": {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={digest}"}}}
