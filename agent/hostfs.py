@@ -47,6 +47,7 @@ _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ENOTDIR
 #: (no effect on regular files)
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 _O_PATH = getattr(os, "O_PATH", 0)
+_S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, stat.S_IFREG, stat.S_IFDIR
 _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 #: open directory descriptors kept per pass; sources read one directory's files together, so a
@@ -274,10 +275,6 @@ class HostFS:
             if is_dir and found not in self._dirfds:
                 self._keep_dirfd(found, fd)
                 kept = True
-                if norm != found and norm not in self._dirfds:
-                    # sources read through the link too (/sys/bus/usb/devices/1-2/idVendor):
-                    # the same directory under that name, without another walk
-                    self._keep_dirfd(norm, os.dup(fd))
             return found
         except OSError:
             return None
@@ -349,9 +346,12 @@ class HostFS:
             elif self._kernel_resolve:
                 # a link (/sys/bus/usb/devices/1-2): resolve it once, keeping the directory
                 # under both names for the reads and the resolve() that follow
-                if self._kernel_resolve_norm(directory) is not None and directory in self._dirfds:
-                    return self._dirfds[directory]
-                fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
+                found = self._kernel_resolve_norm(directory)
+                found_fd = self._dirfds.get(found) if found is not None else None
+                if found_fd is not None and found != directory:
+                    fd = os.dup(found_fd)
+                else:
+                    fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
             else:
                 # every link on the way already followed inside the root: nothing left to follow
                 fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
@@ -460,10 +460,10 @@ class HostFS:
                     fd = self._open(norm, _READ_FLAGS)
             try:
                 status = os.fstat(fd)
-                mode = status.st_mode
-                if stat.S_ISDIR(mode):  # os.open succeeds on a directory where open() would not
-                    raise HostFileError(host_path, os.strerror(errno.EISDIR))
-                if not stat.S_ISREG(mode):
+                kind = status.st_mode & _S_IFMT
+                if kind != _S_IFREG:
+                    if kind == _S_IFDIR:  # os.open succeeds on a directory where open() would not
+                        raise HostFileError(host_path, os.strerror(errno.EISDIR))
                     raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
                 data = os.read(fd, max_bytes)
                 if status.st_size and len(data) < max_bytes or not data:
