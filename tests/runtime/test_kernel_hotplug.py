@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from agent.runtime.node_watch import NodeWatcher
 from tests.conftest import REPO
 from tests.runtime import kernel_events
 from tests.runtime.helpers import wait_for
@@ -59,13 +60,18 @@ def test_ip_link_add_labels_the_node_through_a_real_kernel_uevent(kernel_path, t
 
             wait_for(lambda: any(r.get("event") == "ready" for r in records()), timeout=60, what="first pass")
             assert kernel_events.state(server.node(NODE)) == (False, False)
-            pair.add()
-            wait_for(lambda: kernel_events.state(server.node(NODE)) == (True, True), timeout=20,
-                     what="label and resource after ip link add")
-            assert server.node(NODE)["status"]["capacity"][kernel_events.RESOURCE] == "1"
-            pair.remove()
-            wait_for(lambda: kernel_events.state(server.node(NODE)) == (False, False), timeout=20,
-                     what="label and resource gone after ip link del")
+            seen: list[tuple[bool, bool]] = []  # states a separate Node watch delivered, in order
+            watcher = NodeWatcher(server.core_api(), NODE, lambda node: seen.append(kernel_events.state(node)),
+                                  timeout_seconds=600).start()
+            try:
+                wait_for(lambda: seen, what="the observer's watch")
+                pair.add()
+                wait_for(lambda: seen[-1] == (True, True), timeout=20, what="label and resource after ip link add")
+                assert server.node(NODE)["status"]["capacity"][kernel_events.RESOURCE] == "1"
+                pair.remove()
+                wait_for(lambda: seen[-1] == (False, False), timeout=20, what="both gone after ip link del")
+            finally:
+                watcher.stop()
             passes = [r for r in records() if r.get("event") == "reconcile" and "hotplug" in r.get("msg", "")]
             # the net uevent reran the network source only (subsystems.SUBSYSTEM_SOURCES), and the
             # queues uevents that follow it are not subscribed to
