@@ -15,6 +15,7 @@ from agent.sources import SOURCE_NAMES
 ENV_HOST_ROOT = "HOST_ROOT"
 ENV_RULES = "NODE_FEATURE_AGENT_RULES"
 ENV_NODE_NAME = "NODE_NAME"
+ENV_CONFIG = "NODE_FEATURE_AGENT_CONFIG"
 IMAGE_RULES_DIR = "/etc/node-feature-agent/labels"
 
 
@@ -90,8 +91,17 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sources",
-        default=",".join(SOURCE_NAMES),
-        help=f"comma-separated discovery sources (default: all: {','.join(SOURCE_NAMES)})",
+        default=None,
+        help=f"comma-separated discovery sources, overriding core.featureSources of --config "
+        f"(default: the config's, else all: {','.join(SOURCE_NAMES)})",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get(ENV_CONFIG, ""),
+        help="NFD worker configuration (nfd-worker.conf format: core.labelWhiteList, core.featureSources, "
+        "core.labelSources, sources.<name>...; our additions under nodeFeatureAgent:); "
+        "default: $NODE_FEATURE_AGENT_CONFIG, else NFD's defaults. Edits are picked up by `run` without a restart",
     )
 
 
@@ -128,17 +138,50 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def selected_sources(args: argparse.Namespace) -> list[str]:
+    """``--sources`` if given, else ``core.featureSources`` of ``--config``, else all (NFD's
+    ``-feature-sources`` flag overrides the file the same way)."""
+    from agent.preflight import ConfigurationError
+
+    if getattr(args, "sources", None) is None:
+        loaded = worker_config(args)
+        return list(loaded.feature_sources) if loaded is not None else list(SOURCE_NAMES)
     names = [s.strip() for s in args.sources.split(",") if s.strip()]
     unknown = [n for n in names if n not in SOURCE_NAMES]
     if unknown:
-        from agent.preflight import ConfigurationError
-
         raise ConfigurationError(f"--sources: unknown source(s): {', '.join(unknown)} (known: {', '.join(SOURCE_NAMES)})")
     if not names:
-        from agent.preflight import ConfigurationError
-
         raise ConfigurationError("--sources is empty")
     return names
+
+
+def worker_config(args: argparse.Namespace):
+    """The ``--config`` file's ``WorkerConfig`` (loaded once per command), or None without one;
+    ``ConfigurationError`` naming file:line for a missing or invalid file."""
+    path = getattr(args, "config", "") or ""
+    if not path:
+        return None
+    cached = getattr(args, "_worker_config", None)
+    if cached is not None and cached[0] == path:
+        return cached[1]
+    from agent.preflight import ConfigurationError
+    from agent.worker_config import WorkerConfigError, load_worker_config
+
+    if not os.path.isfile(path):
+        raise ConfigurationError(f"--config {path!r} does not exist or is not a file")
+    try:
+        loaded = load_worker_config(path, node_name_of(args))
+    except WorkerConfigError as exc:
+        raise ConfigurationError("--config: " + "; ".join(str(p) for p in exc.problems)) from exc
+    for warning in loaded.warnings:
+        import logging
+
+        logging.getLogger(__name__).warning("--config: %s", warning, extra={"event": "config-warning"})
+    args._worker_config = (path, loaded)
+    return loaded
+
+
+def node_name_of(args: argparse.Namespace) -> str:
+    return getattr(args, "node_name", "") or os.environ.get(ENV_NODE_NAME, "")
 
 
 def rules_dirs(args: argparse.Namespace) -> list[str]:
@@ -146,7 +189,11 @@ def rules_dirs(args: argparse.Namespace) -> list[str]:
 
 
 def discovery_config(args: argparse.Namespace) -> DiscoveryConfig:
-    return DiscoveryConfig(node_name=getattr(args, "node_name", "") or os.environ.get(ENV_NODE_NAME, ""))
+    """The ``--config`` file's discovery settings (NFD's defaults without one) for this node."""
+    loaded = worker_config(args)
+    if loaded is None:
+        return DiscoveryConfig(node_name=node_name_of(args))
+    return loaded.discovery
 
 
 def claim_policy(options, catalogue_fn, startup_taints=()):

@@ -8,6 +8,7 @@ discovery.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import time
@@ -19,32 +20,40 @@ from agent.features import Feature, SourceError, SourceResult
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import SOURCE_NAMES
+from agent.sources.local import LOCAL_FEATURES_DIR  # noqa: F401 - where callers used to find it
 
 log = logging.getLogger(__name__)
 
-LOCAL_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 
 
 @dataclass(frozen=True)
 class DiscoveryConfig:
-    """Per-source settings, NFD's defaults unless said otherwise (``nfd.md`` section 1)."""
+    """What the runner hands the sources, and which of their labels it keeps.
 
-    pci_class_whitelist: tuple[str, ...] = ("03", "0b40", "12")
-    pci_label_fields: tuple[str, ...] = ("class", "vendor")
-    usb_class_whitelist: tuple[str, ...] = ("0e", "ef", "fe", "ff")
-    usb_label_fields: tuple[str, ...] = ("class", "vendor", "device")
-    cpuid_blacklist: tuple[str, ...] = (
-        "AVX10", "BMI1", "BMI2", "CLMUL", "CMOV", "CX16", "ERMS", "F16C", "HTT", "LZCNT",
-        "MMX", "MMXEXT", "NX", "POPCNT", "RDRAND", "RDSEED", "RDTSCP", "SGX", "SGXLC", "SSE",
-        "SSE2", "SSE3", "SSE4", "SSE42", "SSSE3", "TDX_GUEST",
-    )
-    cpuid_whitelist: tuple[str, ...] = ()
-    kernel_config_opts: tuple[str, ...] = ("NO_HZ", "NO_HZ_IDLE", "NO_HZ_FULL", "PREEMPT")
-    kernel_config_file: str = ""
-    local_features_dir: str = LOCAL_FEATURES_DIR
-    #: extra device-tree nodes whose ``compatible`` strings are labelled (dt-node-labeller ``-n``)
-    devicetree_extra_nodes: tuple[str, ...] = ()
+    ``sources`` maps a source name to that source's own ``Config`` (its section of
+    nfd-worker.conf, ``agent.worker_config``); a source not in it runs with its module's
+    defaults.  ``label_sources`` (None: all) and ``label_whitelist`` (a Go regexp matched
+    against the label name without its prefix) are NFD's ``core.labelSources`` and
+    ``core.labelWhiteList``: they filter labels only, never features.
+    """
+
+    sources: Mapping[str, Any] = field(default_factory=dict)
     node_name: str = ""
+    label_sources: frozenset[str] | None = None
+    label_whitelist: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def section(self, name: str, module: Any) -> Any:
+        """Source ``name``'s config: its entry in ``sources`` or ``module.Config()``; a
+        ``node_name`` field left empty gets the runner's node name."""
+        config = self.sources.get(name)
+        if config is None:
+            config = module.Config()
+        if self.node_name and getattr(config, "node_name", None) == "":
+            config = dataclasses.replace(config, node_name=self.node_name)
+        return config
 
 
 @dataclass(frozen=True)
@@ -97,32 +106,51 @@ def _load_source(name: str):
     return importlib.import_module(f"agent.sources.{name}")
 
 
-def _valid_labels(result: SourceResult) -> SourceResult:
-    """Drop labels Kubernetes would reject, recording why (as NFD does, but not silently)."""
+def _valid_labels(result: SourceResult, config: DiscoveryConfig) -> SourceResult:
+    """Drop labels Kubernetes would reject, recording why (as NFD does, but not silently);
+    then NFD's label filters: a source not in ``core.labelSources`` gives no labels, and a
+    label whose name (after the ``/``) the ``core.labelWhiteList`` regexp does not match is
+    left out (NFD logs it at info level; so do we, at debug)."""
     kept: dict[str, str] = {}
     errors = list(result.errors)
+    labelled = config.label_sources is None or result.source in config.label_sources
+    whitelist = _whitelist(config.label_whitelist)
     for key, value in result.labels.items():
         problems = qualified_name_errors(key) + label_value_errors(str(value))
         if problems:
             errors.append(SourceError(result.source, result.label_origins.get(key, ""), f"label {key}={value!r} dropped: {'; '.join(problems)}"))
+        elif not labelled:
+            continue
+        elif whitelist is not None and whitelist.search(key.partition("/")[2] or key) is None:
+            log.debug("label %s does not match core.labelWhiteList %r; not published", key, config.label_whitelist)
         else:
             kept[key] = str(value)
     if len(kept) == len(result.labels):
         return result
-    return SourceResult(result.source, result.features, kept, tuple(errors), result.label_origins)
+    origins = {k: v for k, v in result.label_origins.items() if k in kept}
+    return SourceResult(result.source, result.features, kept, tuple(errors), origins)
+
+
+def _whitelist(pattern: str):
+    """The compiled whitelist; ``None`` for the empty pattern (matches everything)."""
+    if not pattern:
+        return None
+    from agent.gotemplate.regexp import compile_go
+
+    return compile_go(pattern)
 
 
 def run_source(name: str, host: HostFS, config: DiscoveryConfig) -> SourceResult:
     """One source, contained: any exception becomes a ``SourceError``."""
     try:
         module = _load_source(name)
-        result = module.discover(host, config)
+        result = module.discover(host, config.section(name, module))
     except Exception as exc:  # a broken source must never stop the others
         log.warning("source %s failed: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
         return SourceResult(name, errors=(SourceError(name, getattr(exc, "host_path", ""), f"source failed: {exc}"),))
     for error in result.errors:
         log.info("discovery problem: %s", error)
-    return _valid_labels(result)
+    return _valid_labels(result, config)
 
 
 def discover(host: HostFS, config: DiscoveryConfig | None = None, sources: Iterable[str] | None = None) -> Discovery:

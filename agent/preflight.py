@@ -70,8 +70,9 @@ def check_args(args: argparse.Namespace) -> None:
     if hasattr(args, "host_root"):
         check_host_root(args.host_root, allow_partial=getattr(args, "allow_partial_host_root", False))
     if hasattr(args, "sources"):
-        from agent.config import selected_sources
+        from agent.config import selected_sources, worker_config
 
+        worker_config(args)  # --config: file:line errors, exit 2, before anything runs
         selected_sources(args)
     if hasattr(args, "rules"):
         from agent.config import rules_dirs

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import posixpath
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import kubernetes_validate
@@ -120,7 +122,7 @@ def test_args_use_the_agreed_run_flags():
     for taint in flag("startup-taint"):
         assert re.fullmatch(r"[^=:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)", taint)
         assert not qualified_name_errors(taint.split(":")[0].split("=")[0])
-    known = {"host-root", "rules", "node-name", "metrics-port", "resync-interval", "udev-mode", "startup-taint", "pod-guard", "evict-orphans"}
+    known = {"host-root", "rules", "config", "node-name", "metrics-port", "resync-interval", "udev-mode", "startup-taint", "pod-guard", "evict-orphans"}
     for arg in ARGS[1:]:
         assert arg.startswith("--") and arg[2:].split("=")[0] in known, arg
 
@@ -169,8 +171,39 @@ def test_catalogue_volume_is_mounted_where_rules_point():
     catalogue = next(n for n, m in MOUNTS.items() if m["mountPath"] == IMAGE_RULES_DIR)
     assert MOUNTS[catalogue]["readOnly"] is True
     assert "subPath" not in MOUNTS[catalogue], "subPath mounts never see ConfigMap updates (no hot reload)"
-    (configmap,) = objects("ConfigMap")
+    (configmap,) = [c for c in objects("ConfigMap") if c["metadata"]["name"] == "node-feature-agent-catalogue"]
     assert VOLUMES[catalogue]["configMap"]["name"] == configmap["metadata"]["name"]
+
+
+def shipped_worker_config() -> Path:
+    """The DaemonSet's worker-config ConfigMap content, written where a test can pass it as --config."""
+    (configmap,) = [c for c in objects("ConfigMap") if c["metadata"]["name"] == "node-feature-agent-worker-config"]
+    path = Path(tempfile.gettempdir()) / f"nfa-shipped-worker-config-{os.getpid()}" / "nfd-worker.conf"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(configmap["data"]["nfd-worker.conf"])
+    return path
+
+
+def test_worker_config_configmap_is_valid_and_mounted_where_config_points():
+    from agent.worker_config import load_worker_config
+
+    loaded = load_worker_config(str(shipped_worker_config()))
+    assert loaded.warnings == () and dict(loaded.discovery.sources) == {}  # shipped: NFD's defaults
+    (config,) = flag("config")
+    mount = MOUNTS["worker-config"]
+    assert config == mount["mountPath"] + "/nfd-worker.conf" and mount["readOnly"] is True
+    assert "subPath" not in mount, "subPath mounts never see ConfigMap updates (no hot reload)"
+    assert VOLUMES["worker-config"]["configMap"]["name"] == "node-feature-agent-worker-config"
+    # the commented example in the shipped file parses too once uncommented
+    header, *body = shipped_worker_config().read_text().splitlines(keepends=True)
+    text = "".join(line[1:] if line.startswith("#") else line for line in body)
+    assert "pci" in load_worker_config_text(text).discovery.sources
+
+
+def load_worker_config_text(text: str):
+    from agent.worker_config import parse_worker_config
+
+    return parse_worker_config(text, "shipped")
 
 
 def discovery_flags(host_root: Path) -> list[str]:
@@ -181,7 +214,8 @@ def discovery_flags(host_root: Path) -> list[str]:
     for arg in ARGS[1:]:
         name = arg.split("=", 1)[0]
         if name in accepted:
-            out.append(f"--host-root={host_root}" if name == "--host-root" else arg)
+            out.append(f"--host-root={host_root}" if name == "--host-root" else
+                       f"--config={shipped_worker_config()}" if name == "--config" else arg)
     assert any(a.startswith("--host-root=") for a in out)
     return out
 
@@ -213,6 +247,8 @@ def image_run_args(host_root: Path) -> list[str]:
             arg = f"--rules={LABELS_DIR}"
         elif name == "--metrics-port":
             arg = "--metrics-port=0"
+        elif name == "--config":
+            arg = f"--config={shipped_worker_config()}"
         out.append(arg)
     return [*out, "--metrics-address=127.0.0.1"]
 
@@ -391,7 +427,7 @@ def test_catalogue_configmap_is_in_sync_with_labels_dir():
     manifest = DAEMONSET.read_text()
     assert renderer.replace_blocks(manifest, renderer.rendered_blocks(LABELS_DIR)) == manifest, (
         "daemonset.yaml's catalogue is stale: python deploy/render_catalogue_configmap.py --write daemonset.yaml")
-    (configmap,) = objects("ConfigMap")
+    (configmap,) = [c for c in objects("ConfigMap") if c["metadata"]["name"] == "node-feature-agent-catalogue"]
     items = VOLUMES[next(n for n, m in MOUNTS.items() if m["mountPath"] == IMAGE_RULES_DIR)]["configMap"]["items"]
     on_disk = {p.relative_to(LABELS_DIR).as_posix(): p.read_text() for p in LABELS_DIR.rglob("*")
                if p.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(LABELS_DIR).parts)}
@@ -434,7 +470,7 @@ def test_catalogue_check_mode_reports_a_stale_manifest(tmp_path):
     assert subprocess.run(script + ["--write", str(stale)], capture_output=True, timeout=60).returncode == 0
     assert subprocess.run(script + ["--check", str(stale)], capture_output=True, timeout=60).returncode == 0
     docs = [d for d in yaml.safe_load_all(stale.read_text()) if d]
-    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "node-feature-agent-catalogue"]
     assert configmap["data"] == {"ns.name": "a.example/b\n"}
 
 
@@ -496,7 +532,10 @@ def test_chart_daemonset_matches_the_plain_manifest():
     for host_path, mount_path in host_mounts().items():
         assert f"path: {host_path}\n" in text and f"mountPath: {mount_path}\n" in text
     # + the extra-rules ConfigMap, /run/udev (udev mode only), /proc/config.gz (hostProcConfigGz only)
-    assert text.count("readOnly: true") == len(host_mounts()) + 3
+    # + the worker-config ConfigMap
+    assert text.count("readOnly: true") == len(host_mounts()) + 4
+    assert "--config=/etc/node-feature-agent/worker-config/nfd-worker.conf" in text
+    assert "mountPath: /etc/node-feature-agent/worker-config\n" in text
     assert VALUES["hostProcConfigGz"] is False and "host-proc-config-gz" in DAEMONSET.read_text()
     assert text.count("recursiveReadOnly: IfPossible") == sum(m.get("recursiveReadOnly") == "IfPossible" for m in MOUNTS.values())
     udev_block = text[text.index('{{- if eq $mode "udev" }}'):]

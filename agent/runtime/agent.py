@@ -29,6 +29,7 @@ watch sees it appear, not after the error backoff.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -60,6 +61,7 @@ from agent.sources import SOURCE_NAMES
 log = logging.getLogger(__name__)
 
 REASON_RULES_INVALID = "RulesInvalid"
+REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
 
 
@@ -70,6 +72,8 @@ class Settings:
     host_root: str = "/"
     sources: Sequence[str] = SOURCE_NAMES
     discovery_config: DiscoveryConfig | None = None
+    config_path: str = ""  # --config: reloaded on edits (runtime.config_state)
+    sources_from_flag: bool = False  # --sources given: the file's core.featureSources never applies
     rule_options: Any = None
     resync_interval: float = 600.0
     resync_jitter: float = 0.1
@@ -134,6 +138,9 @@ class Agent:
         self.monitor: HotplugMonitor | None = None
         self.poller: Poller | None = None
         self.rules_watcher: RulesWatcher | None = None
+        self.config_watcher: RulesWatcher | None = None
+        self.worker_config = self._worker_config_state()
+        self._config_generation = 0
         self.node_watcher: NodeWatcher | None = None
         self.http: HealthServer | None = None
         self.passes = 0
@@ -159,6 +166,9 @@ class Agent:
             self.devices.start()
         if s.watch_rules:
             self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited).start()
+            if self.worker_config is not None:
+                self.config_watcher = RulesWatcher([os.path.dirname(os.path.abspath(s.config_path))],
+                                                   self._config_edited, recursive=False).start()
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
@@ -222,7 +232,7 @@ class Agent:
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self.queue.stop()
-        for part in (self.monitor, self.poller, self.rules_watcher, self.node_watcher):
+        for part in (self.monitor, self.poller, self.rules_watcher, self.config_watcher, self.node_watcher):
             if part is not None:
                 part.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         finished = True
@@ -252,7 +262,8 @@ class Agent:
             return False, f"one reconcile pass has been running for {time.monotonic() - busy:.0f}s"
         for name, part in (("hotplug monitor", self.monitor), ("poller", self.poller),
                            ("node watch", self.node_watcher), ("rules watcher", self.rules_watcher),
-                           ("device plugin", self.devices)):
+                           ("device plugin", self.devices),
+                           ("config watcher", self.config_watcher)):
             if part is not None and not part.alive() and not self._stopping.is_set():
                 return False, f"{name} thread died"
         return True, "ok"
@@ -303,6 +314,36 @@ class Agent:
         if self.rules.reload().changed:
             self.metrics.rules_reloads.labels("accepted").inc()
             self.queue.put(q.RULES)
+
+    def _worker_config_state(self):
+        if not self.settings.config_path:
+            return None
+        from agent.runtime.config_state import WorkerConfigState
+
+        return WorkerConfigState(self.settings.config_path, self.settings.node_name,
+                                 on_rejected=self._config_rejected)
+
+    def _config_edited(self) -> None:
+        """As ``_rules_edited``, for the --config file: an accepted edit queues a full
+        rediscovery, which the worker runs with the new configuration (``_apply_config``)."""
+        if self.worker_config is not None and self.worker_config.reload():
+            self.queue.put(q.RULES, sources=None)
+
+    def _config_rejected(self, text: str) -> None:
+        self.reconciler.events.record(self.last_outcome.node_uid if self.last_outcome else "", REASON_CONFIG_INVALID,
+                                      text, warning=True)
+
+    def _apply_config(self) -> bool:
+        """In the worker: hand discovery the configuration in use if it changed (True)."""
+        state = self.worker_config
+        if state is None or state.generation == self._config_generation:
+            return False
+        self._config_generation = state.generation
+        self.discovery.config = state.current.discovery
+        if not self.settings.sources_from_flag:
+            self.discovery.sources = tuple(sorted(state.current.feature_sources))
+            self.settings.sources = tuple(state.current.feature_sources)
+        return True
 
     def _rules_rejected(self, text: str) -> None:
         self.metrics.rules_reloads.labels("rejected").inc()
@@ -392,7 +433,10 @@ class Agent:
                 return  # the echo of our own write: the Reconciler already saw this state
         if q.RESYNC in kinds and self.rules.reload().changed:  # an edit the watcher missed
             self.metrics.rules_reloads.labels("accepted").inc()
-        rules_changed = self.rules.generation != self._rules_generation
+        if q.RESYNC in kinds and self.worker_config is not None:
+            self.worker_config.reload()  # an edit the watcher missed
+        config_changed = self._apply_config()
+        rules_changed = self.rules.generation != self._rules_generation or config_changed
         self._rules_generation = self.rules.generation
         if kinds == {q.RULES} and not rules_changed:
             return

@@ -63,8 +63,12 @@ class RulesWatcher:
     """A daemon thread running ``watchfiles.watch`` until ``stop``."""
 
     def __init__(self, dirs: Sequence[str], on_change: Callable[[], None], *, debounce_ms: int = 200,
-                 step_ms: int = 250) -> None:
+                 step_ms: int = 250, recursive: bool = True) -> None:
+        """``recursive=False`` watches only the directories' own entries: enough for one
+        mounted ConfigMap file (the kubelet's ``..data`` swap happens there), and cheap even
+        when that directory is a busy one such as ``/tmp``."""
         self.dirs = list(dirs)
+        self.recursive = recursive
         self.roots = watch_roots(self.dirs)
         self.on_change = on_change
         self.debounce_ms = debounce_ms
@@ -91,7 +95,7 @@ class RulesWatcher:
         try:
             from watchfiles._rust_notify import RustNotify
 
-            with RustNotify(self.roots, False, False, 300, True, True) as notify:
+            with RustNotify(self.roots, False, False, 300, self.recursive, True) as notify:
                 self.ready.set()
                 self._changed()
                 while not self._stop.is_set():

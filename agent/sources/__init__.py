@@ -1,7 +1,9 @@
 """Discovery sources, one module each, all with the same tiny shape.
 
-Each module ``agent/sources/<name>.py`` defines ``NAME`` and
-``discover(host: HostFS, config: DiscoveryConfig) -> SourceResult``.  A source reads the host
+Each module ``agent/sources/<name>.py`` defines ``NAME``, its own ``Config`` (a frozen
+dataclass with its defaults: its section of nfd-worker.conf, see ``_config``) and
+``discover(host: HostFS, config: Config = Config()) -> SourceResult``.  A source never
+imports the runner (``agent.discovery``); the runner hands each source its section.  A source reads the host
 only through the seam, never calls Kubernetes, and reports what it could not read as
 ``SourceError`` entries instead of raising.
 """

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from agent.discovery import DiscoveryConfig
 from agent.features import Feature, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
+from agent.sources.cpu_config import Config
 from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo
 from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
@@ -41,7 +41,7 @@ _CPUINFO_READ_LIMIT = 256 * 1024  # a processor block is a few KiB even with eve
 _NO_FLAG_LINE = ("ppc64", "riscv64", "loongarch64")
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     probe = CpuProbe(host)
     block, origin = _cpuinfo_block(probe)
     features: dict[str, Feature] = {}
@@ -97,11 +97,9 @@ def _put(labels: dict[str, str], origins: dict[str, str], key: str, value: str, 
     origins[nfd_label(NAME, key)] = origin
 
 
-def _labelled_flag(flag: str, config: DiscoveryConfig) -> bool:
-    """NFD's key filter: a non-empty whitelist replaces the blacklist; exact names."""
-    if config.cpuid_whitelist:
-        return flag in config.cpuid_whitelist
-    return flag not in config.cpuid_blacklist
+def _labelled_flag(flag: str, config: Config) -> bool:
+    """NFD's key filter (``cpu_config``): a non-empty whitelist replaces the blacklist."""
+    return config.labelled_cpuid_flag(flag)
 
 
 def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:

@@ -4,7 +4,7 @@ NFD has no device-tree source; Coral Dev Boards, Jetsons and Raspberry Pis are i
 by the root node's ``compatible`` list (``fsl,imx8mq-phanbell``, ``fsl,imx8mq``).  Every
 string becomes ``beta.devicetree.org/<string with "," -> "-">=1``, the documented label form
 of adaptant-labs' k8s-dt-node-labeller (which label files already depend on), and
-``config.devicetree_extra_nodes`` adds further nodes' strings as its ``-n`` flag did.
+``Config.extra_nodes`` (``nodeFeatureAgent.sources.devicetree.extraNodes``) adds further nodes' strings as its ``-n`` flag did.
 
 Features:
 
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, Instance, SourceResult
 from agent.hostfs import HostFileError, HostFS
 from agent.k8s_validation import qualified_name_errors
+from agent.sources._config import agent_option
 from agent.sources._sysfs import AttributeReader
 
 NAME = "devicetree"
@@ -84,7 +86,15 @@ def find_base(host: HostFS) -> str | None:
     return None
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """Our own section (NFD has no device-tree source): ``nodeFeatureAgent.sources.devicetree``."""
+
+    #: extra device-tree nodes whose ``compatible`` strings are labelled (dt-node-labeller ``-n``)
+    extra_nodes: tuple[str, ...] = agent_option("extraNodes", ())
+
+
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     base = find_base(host)
     if base is None:
         return SourceResult(NAME)
@@ -112,7 +122,7 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
     if model is not None:
         features["model"] = model
 
-    nodes = [read_node(reader, base, path) for path in find_extra_nodes(reader, base, config.devicetree_extra_nodes)]
+    nodes = [read_node(reader, base, path) for path in find_extra_nodes(reader, base, config.extra_nodes)]
     for node in nodes:
         label_all(node_compatibles(node), f"{node.origin}/compatible")
     if nodes:

@@ -11,9 +11,11 @@ import posixpath
 import re
 import zlib
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
+from agent.sources._config import STRING, nfd_option
 
 NAME = "kernel"
 
@@ -129,7 +131,16 @@ def _read_big_text(host: HostFS, path: str) -> str | None:
     return _decode(data)
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """``sources.kernel`` of nfd-worker.conf, with NFD's defaults (``source/kernel`` ``newDefaultConfig``):
+    ``kconfigFile`` is tried before NFD's search order; ``configOpts`` are the options labelled."""
+
+    kconfig_file: str = nfd_option("kconfigFile", "", STRING)
+    config_opts: tuple[str, ...] = nfd_option("configOpts", ("NO_HZ", "NO_HZ_IDLE", "NO_HZ_FULL", "PREEMPT"))
+
+
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     errors: list[SourceError] = []
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}
@@ -155,7 +166,7 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
         for key, value in version.items():
             label(f"version.{key}", value, OSRELEASE)
 
-    for path in kconfig_candidates(release, config.kernel_config_file):
+    for path in kconfig_candidates(release, config.kconfig_file):
         try:
             text = _read_big_text(host, path)
         except _Unusable as exc:
@@ -168,7 +179,7 @@ def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
             errors.append(SourceError(NAME, path, "no CONFIG_ lines; not a kernel config"))
             continue
         features["config"] = Feature(attributes=options, origin=path)
-        for opt in config.kernel_config_opts:
+        for opt in config.config_opts:
             if opt in options:
                 label(f"config.{opt}", kconfig_label_value(options[opt]), path)
         break

@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from agent.discovery import DiscoveryConfig
 from agent.features import NFD_PREFIX, Feature, SourceError, SourceResult
 from agent.hostfs import HostFileError, HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
+from agent.sources._config import STRING, agent_option
 
 NAME = "local"
+LOCAL_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 MAX_FEATURE_FILE_SIZE = 65536
 DIRECTIVE_PREFIX = "# +"
 
@@ -122,9 +123,17 @@ def _feature_problem(key: str, value: str) -> str:
     return ""
 
 
-def discover(host: HostFS, config: DiscoveryConfig, now: datetime | None = None) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """NFD's local source has an empty section; where the files are is our addition
+    (``nodeFeatureAgent.sources.local.featuresDir``; NFD hard-codes the same default)."""
+
+    features_dir: str = agent_option("featuresDir", LOCAL_FEATURES_DIR, STRING)
+
+
+def discover(host: HostFS, config: Config = Config(), now: datetime | None = None) -> SourceResult:
     now = now or datetime.now(timezone.utc)
-    directory = config.local_features_dir
+    directory = config.features_dir
     errors: list[SourceError] = []
     labels: dict[str, str] = {}
     features: dict[str, str] = {}

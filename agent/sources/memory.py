@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import posixpath
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, Instance, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 
@@ -53,7 +54,12 @@ def meminfo_total_bytes(text: str) -> int | None:
     return None
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """NFD's memory source has no configuration section."""
+
+
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     errors: list[SourceError] = []
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}

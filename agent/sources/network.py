@@ -16,7 +16,8 @@ from __future__ import annotations
 import errno
 import posixpath
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
 from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal
@@ -33,7 +34,12 @@ _VIRTUAL_FILES = (("operstate", "operstate"), ("speed", "speed"), ("mtu", "mtu")
 _NO_VALUE_ERRNOS = (errno.EINVAL, errno.EOPNOTSUPP)
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """NFD's network source has no configuration section."""
+
+
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
     if not host.is_dir(CLASS_NET):
         return SourceResult(NAME)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Container
 
-from agent.discovery import DiscoveryConfig
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
+from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
     AttributeReader,
     MalformedId,
@@ -35,8 +35,18 @@ NAME = "pci"
 DEVICES = "/sys/bus/pci/devices"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 LABEL_FIELDS = ("class", "vendor", "device", "subsystem_vendor", "subsystem_device")
-"""Valid ``pci_label_fields``, in NFD's canonical label order."""
+"""Valid ``deviceLabelFields``, in NFD's canonical label order."""
 DEFAULT_LABEL_FIELDS = ("class", "vendor")
+
+
+
+@dataclass(frozen=True)
+class Config:
+    """``sources.pci`` of nfd-worker.conf, with NFD's defaults (``source/pci`` ``newDefaultConfig``)."""
+
+    device_class_whitelist: tuple[str, ...] = nfd_option("deviceClassWhitelist", ("03", "0b40", "12"))
+    device_label_fields: tuple[str, ...] = nfd_option("deviceLabelFields", DEFAULT_LABEL_FIELDS)
+
 
 #: mandatory file -> number of hex digits the kernel writes after ``0x``
 _MANDATORY = (("class", 6), ("vendor", 4), ("device", 4), ("subsystem_vendor", 4), ("subsystem_device", 4))
@@ -51,7 +61,7 @@ class PciFunction:
     has_sriov_file: bool
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
     if not host.is_dir(DEVICES):
         return SourceResult(NAME)
@@ -190,10 +200,10 @@ def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
 
 
 def device_labels(
-    reader: AttributeReader, functions: list[PciFunction], config: DiscoveryConfig
+    reader: AttributeReader, functions: list[PciFunction], config: Config
 ) -> tuple[dict[str, str], dict[str, str]]:
     """NFD's ``pci-<devlabel>.present`` / ``.sriov.capable`` for whitelisted classes."""
-    fields, unknown = canonical_label_fields(config.pci_label_fields, LABEL_FIELDS, DEFAULT_LABEL_FIELDS)
+    fields, unknown = canonical_label_fields(config.device_label_fields, LABEL_FIELDS, DEFAULT_LABEL_FIELDS)
     for field in unknown:
         reader.error("", f"unknown pci label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
     labels: dict[str, str] = {}
@@ -201,7 +211,7 @@ def device_labels(
     for function in functions:
         instance = function.instance
         attrs = instance.attributes
-        if first_whitelisted(attrs["class"], config.pci_class_whitelist) is None:
+        if first_whitelisted(attrs["class"], config.device_class_whitelist) is None:
             continue
         devlabel = device_label(attrs, fields)
         key = nfd_label(NAME, f"{devlabel}.present")

@@ -8,7 +8,8 @@ unreadable one is reported.
 
 from __future__ import annotations
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
 from agent.sources._sysfs import AttributeReader
@@ -20,7 +21,12 @@ QUEUE_ATTRIBUTES = ("dax", "rotational", "nr_zones", "zoned")
 NONROTATIONAL_LABEL = nfd_label(NAME, "nonrotationaldisk")
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """NFD's storage source has no configuration section."""
+
+
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
     if not host.is_dir(BLOCK):
         return SourceResult(NAME)

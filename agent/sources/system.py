@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 
@@ -45,7 +46,14 @@ def parse_os_release(text: str) -> dict[str, str]:
     return release
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+@dataclass(frozen=True)
+class Config:
+    """NFD's system source has no section; the node name is set by the runner (``--node-name``)."""
+
+    node_name: str = ""
+
+
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     errors: list[SourceError] = []
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}

@@ -16,9 +16,11 @@ driver of its first bound interface (the device itself is always bound to ``usb`
 
 from __future__ import annotations
 
-from agent.discovery import DiscoveryConfig
+from dataclasses import dataclass
+
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
+from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
     AttributeReader,
     MalformedId,
@@ -32,12 +34,20 @@ NAME = "usb"
 
 DEVICES = "/sys/bus/usb/devices"
 LABEL_FIELDS = ("class", "vendor", "device", "serial")
-"""Valid ``usb_label_fields``, in NFD's canonical label order."""
+"""Valid ``deviceLabelFields``, in NFD's canonical label order."""
 DEFAULT_LABEL_FIELDS = ("class", "vendor", "device")
+
+
+@dataclass(frozen=True)
+class Config:
+    """``sources.usb`` of nfd-worker.conf, with NFD's defaults (``source/usb`` ``newDefaultConfig``)."""
+
+    device_class_whitelist: tuple[str, ...] = nfd_option("deviceClassWhitelist", ("0e", "ef", "fe", "ff"))
+    device_label_fields: tuple[str, ...] = nfd_option("deviceLabelFields", DEFAULT_LABEL_FIELDS)
 _EXTRA_FILES = ("busnum", "devnum", "devpath", "speed", "manufacturer", "product")
 
 
-def discover(host: HostFS, config: DiscoveryConfig) -> SourceResult:
+def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
     if not host.is_dir(DEVICES):
         return SourceResult(NAME)
@@ -150,16 +160,16 @@ def read_interfaces(reader: AttributeReader, entry: str,
 
 
 def device_labels(
-    reader: AttributeReader, instances: list[Instance], config: DiscoveryConfig
+    reader: AttributeReader, instances: list[Instance], config: Config
 ) -> tuple[dict[str, str], dict[str, str]]:
     """NFD's ``usb-<devlabel>.present`` for instances whose class is whitelisted."""
-    fields, unknown = canonical_label_fields(config.usb_label_fields, LABEL_FIELDS, DEFAULT_LABEL_FIELDS)
+    fields, unknown = canonical_label_fields(config.device_label_fields, LABEL_FIELDS, DEFAULT_LABEL_FIELDS)
     for field in unknown:
         reader.error("", f"unknown usb label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
     for instance in instances:
-        if first_whitelisted(instance.attributes.get("class", ""), config.usb_class_whitelist) is None:
+        if first_whitelisted(instance.attributes.get("class", ""), config.device_class_whitelist) is None:
             continue
         key = nfd_label(NAME, f"{device_label(instance.attributes, fields)}.present")
         labels[key] = "true"

@@ -50,9 +50,10 @@ def check_source(name: str, root: Path, config: DiscoveryConfig | None = None, *
     sources whose label keys/values are built from validated IDs); sources that copy host
     text into values (cpu pstate, kernel config, os-release) rely on discovery's drop step.
     """
-    config = config or DiscoveryConfig()
     module = importlib.import_module(f"agent.sources.{name}")
-    raw = module.discover(HostFS(root), config)  # property 1: must not raise
+    if config is None or not isinstance(config, DiscoveryConfig):  # the source's own Config
+        config = DiscoveryConfig(sources={name: config} if config is not None else {})
+    raw = module.discover(HostFS(root), config.section(name, module))  # property 1: must not raise
     assert isinstance(raw, SourceResult) and raw.source == name
 
     result = run_source(name, HostFS(root), config)

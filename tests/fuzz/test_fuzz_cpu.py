@@ -10,7 +10,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
+from agent.sources import cpu
 from agent.sources.cpu_cpuinfo import ARCHES, parse_cpuinfo
 from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, S390_HWCAPS, X86_FLAGS
 from agent.sources.cpu_ownproc import AuxvError, parse_auxv
@@ -125,7 +125,7 @@ OWN_PROC = slots({"/proc/self/auxv": AUXV, "/proc/sysinfo": SYSINFO,
                   "/sys/firmware/uv/prot_virt_host": value_bytes(["1", "0"]),
                   "/sys/devices/vio/ibm,compression-v1/nx_gzip_caps": value_bytes(["x"])})
 
-CONFIGS = st.builds(DiscoveryConfig, cpuid_whitelist=st.sampled_from([(), ("AVX2", "SSE"), ("NOPE",)]))
+CONFIGS = st.builds(cpu.Config, cpuid_attribute_whitelist=st.sampled_from([(), ("AVX2", "SSE"), ("NOPE",)]))
 
 
 @st.composite

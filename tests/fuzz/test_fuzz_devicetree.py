@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
+from agent.sources import devicetree
 from agent.sources.devicetree import split_string_list
 from tests.fuzz.hosttree import JUNK_BYTES, fuzz, host_tree, merge, slot
 from tests.fuzz.properties import check_source
@@ -39,7 +39,7 @@ def dt_tree(draw) -> dict:
     return spec
 
 
-CONFIGS = st.builds(DiscoveryConfig, devicetree_extra_nodes=st.lists(
+CONFIGS = st.builds(devicetree.Config, extra_nodes=st.lists(
     st.sampled_from(["gpu", "/soc/gpu@1", "pwm-fan", "/", "//", "missing", "loop", "/x y"]), max_size=3).map(tuple))
 
 

@@ -8,7 +8,7 @@ import gzip
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
+from agent.sources import kernel
 from agent.sources.kernel import parse_builtin, parse_kconfig, parse_modules, version_attributes
 from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, merge, slot, value_bytes
 from tests.fuzz.properties import check_source
@@ -67,9 +67,9 @@ def kernel_tree(draw) -> dict:
     return spec
 
 
-CONFIGS = st.builds(DiscoveryConfig,
-                    kernel_config_opts=st.sampled_from([("NO_HZ", "NO_HZ_IDLE", "NO_HZ_FULL", "PREEMPT"), ("GCC_VERSION", "X86")]),
-                    kernel_config_file=st.sampled_from(["", "/boot/config-custom", "/proc/modules", "/etc/../../x", "/"]))
+CONFIGS = st.builds(kernel.Config,
+                    config_opts=st.sampled_from([("NO_HZ", "NO_HZ_IDLE", "NO_HZ_FULL", "PREEMPT"), ("GCC_VERSION", "X86")]),
+                    kconfig_file=st.sampled_from(["", "/boot/config-custom", "/proc/modules", "/etc/../../x", "/"]))
 
 
 @fuzz(350)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
+from agent.sources import pci
 from tests.fuzz.hosttree import attribute_files, fuzz, hex_id, host_tree, merge, rebase, slots, value_bytes
 from tests.fuzz.properties import check_source
 
@@ -72,9 +72,9 @@ def pci_tree(draw) -> dict:
 
 
 CONFIGS = st.builds(
-    DiscoveryConfig,
-    pci_class_whitelist=st.sampled_from([("03", "0b40", "12"), ("02",), ("0300", "FF"), ()]),
-    pci_label_fields=st.sampled_from([("class", "vendor"), ("vendor", "device", "subsystem_vendor", "subsystem_device"),
+    pci.Config,
+    device_class_whitelist=st.sampled_from([("03", "0b40", "12"), ("02",), ("0300", "FF"), ()]),
+    device_label_fields=st.sampled_from([("class", "vendor"), ("vendor", "device", "subsystem_vendor", "subsystem_device"),
                                       ("nonsense",), ()]),
 )
 

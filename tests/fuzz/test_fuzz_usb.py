@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
+from agent.sources import usb
 from tests.fuzz.hosttree import attribute_files, fuzz, hex_id, host_tree, merge, rebase, slots, value_bytes
 from tests.fuzz.properties import check_source
 
@@ -62,9 +62,9 @@ def usb_tree(draw) -> dict:
 
 
 CONFIGS = st.builds(
-    DiscoveryConfig,
-    usb_class_whitelist=st.sampled_from([("0e", "ef", "fe", "ff"), ("09",), ("FF", "0"), ()]),
-    usb_label_fields=st.sampled_from([("class", "vendor", "device"), ("serial",), ("vendor", "serial", "bogus"), ()]),
+    usb.Config,
+    device_class_whitelist=st.sampled_from([("0e", "ef", "fe", "ff"), ("09",), ("FF", "0"), ()]),
+    device_label_fields=st.sampled_from([("class", "vendor", "device"), ("serial",), ("vendor", "serial", "bogus"), ()]),
 )
 
 
@@ -74,6 +74,6 @@ def test_usb_source_survives_any_tree(spec, config):
     with host_tree(spec) as root:
         # a serial is free text: as in NFD, a devlabel built from it may be invalid and is
         # then dropped by discovery with an error (check_source verifies that error)
-        result = check_source("usb", root, config, strict="serial" not in config.usb_label_fields)
+        result = check_source("usb", root, config, strict="serial" not in config.device_label_fields)
     for instance in result.features["device"].instances if "device" in result.features else ():
         assert len(instance.attributes["vendor"]) == 4 and len(instance.attributes["device"]) == 4

@@ -11,7 +11,7 @@ import threading
 
 from agent.discovery import DiscoveryConfig, run_source
 from agent.hostfs import HostFS
-from agent.sources import cpu, memory
+from agent.sources import cpu, local, memory
 from agent.sources.cpu_flags import x86_htt
 from agent.sources.cpu_live import LIVE_FACTS_PATH
 from tests.fuzz.hosttree import host_tree
@@ -27,7 +27,7 @@ def messages(result) -> list[str]:
 def test_cpu_topology_directory_that_is_a_file():
     """``/sys/bus/cpu/devices`` as a file raised HostFileError (ENOTDIR) out of cpu.discover."""
     with host_tree({"/proc/cpuinfo": ("file", X86), "/sys/bus/cpu/devices": ("file", b"0\n")}) as root:
-        result = cpu.discover(HostFS(root), DiscoveryConfig())
+        result = cpu.discover(HostFS(root))
     assert "cpuid" in result.features and "topology" not in result.features
     assert "/sys/bus/cpu/devices: unlistable: Not a directory" in messages(result)
 
@@ -51,7 +51,7 @@ def test_cpu_live_facts_nesting_bomb():
     """A recorded cpu-live.json of 70 000 ``[`` raised RecursionError (not a ValueError)."""
     spec = {"/proc/cpuinfo": ("file", b"processor\t: 0\n"), LIVE_FACTS_PATH: ("file", b"[" * 70000)}
     with host_tree(spec) as root:
-        result = cpu.discover(HostFS(root), DiscoveryConfig())
+        result = cpu.discover(HostFS(root))
     assert any(e.path == LIVE_FACTS_PATH and "nested too deeply" in e.message for e in result.errors)
 
 
@@ -79,7 +79,7 @@ def test_memory_hugepages_unicode_digits():
         "/proc/meminfo": ("file", "MemTotal:  \u00b2 kB\n".encode()),
     }
     with host_tree(spec) as root:
-        result = memory.discover(HostFS(root), DiscoveryConfig())
+        result = memory.discover(HostFS(root))
     assert result.features["hugepages"].attributes == {"enabled": "true", "hugepages-1Gi": "2"}
     assert "meminfo" not in result.features
     text = "\n".join(messages(result))
@@ -113,5 +113,5 @@ def test_hostfs_double_leading_slash():
         host = HostFS(root)
         assert host.resolve("//") == "/" and host.resolve("//etc//os-release") == "/etc/os-release"
         assert host.read_bytes("//etc/os-release") == b"ID=debian\n"
-        result = check_source("local", root, DiscoveryConfig(local_features_dir="//etc/nfd/features.d"))
+        result = check_source("local", root, local.Config(features_dir="//etc/nfd/features.d"))
     assert result.labels == {"feature.node.kubernetes.io/gpu": "true"}

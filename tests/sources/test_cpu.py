@@ -172,8 +172,8 @@ def add_cpus(root: Path, count: int, threads: int = 1, sockets: int = 1) -> None
         os.symlink(f"../../../devices/system/cpu/cpu{n}", link)
 
 
-def run(root: Path, config: DiscoveryConfig | None = None):
-    return cpu.discover(HostFS(root), config or DiscoveryConfig())
+def run(root: Path, config: cpu.Config | None = None):
+    return cpu.discover(HostFS(root), config or cpu.Config())
 
 
 def cpuid_labels(result) -> set[str]:
@@ -291,13 +291,13 @@ def test_arm32_kernel_names(tmp_path):
 
 def test_whitelist_replaces_blacklist(tmp_path):
     put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
-    result = run(tmp_path, DiscoveryConfig(cpuid_whitelist=("AVX512F", "SGX", "NOT_A_FLAG")))
+    result = run(tmp_path, cpu.Config(cpuid_attribute_whitelist=("AVX512F", "SGX", "NOT_A_FLAG")))
     assert cpuid_labels(result) == {"AVX512F", "SGX"}
 
 
 def test_custom_blacklist_is_exact_names(tmp_path):
     put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
-    labels = cpuid_labels(run(tmp_path, DiscoveryConfig(cpuid_blacklist=("AVX512",))))
+    labels = cpuid_labels(run(tmp_path, cpu.Config(cpuid_attribute_blacklist=("AVX512",))))
     assert "AVX512F" in labels and "SSE42" in labels
 
 
@@ -499,8 +499,8 @@ FAKE_INFO = {"arch_string_raw": "x86_64", "vendor_id_raw": "AuthenticAMD", "fami
 def test_live_host_without_cpuinfo_uses_py_cpuinfo_once(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(cpuinfo, "get_cpu_info", lambda: calls.append(1) or dict(FAKE_INFO))
-    first = cpu.discover(LiveHost(tmp_path), DiscoveryConfig())
-    second = cpu.discover(LiveHost(tmp_path), DiscoveryConfig())
+    first = cpu.discover(LiveHost(tmp_path))
+    second = cpu.discover(LiveHost(tmp_path))
     assert calls == [1]
     assert first.labels == second.labels
     assert first.labels[P + "model.vendor_id"] == "AMD" and first.labels[P + "cpuid.AVX2"] == "true"
@@ -512,14 +512,14 @@ def test_live_host_without_cpuinfo_uses_py_cpuinfo_once(tmp_path, monkeypatch):
 
 def test_live_host_with_full_cpuinfo_never_calls_py_cpuinfo(tmp_path):
     put(tmp_path, "/proc/cpuinfo", EPYC_GUEST_CPUINFO)
-    assert cpu.discover(LiveHost(tmp_path), DiscoveryConfig()).labels[P + "model.family"] == "25"
+    assert cpu.discover(LiveHost(tmp_path)).labels[P + "model.family"] == "25"
 
 
 def test_py_cpuinfo_failure_is_reported(tmp_path, monkeypatch):
     def broken():
         raise RuntimeError("cpuid helper crashed")
     monkeypatch.setattr(cpuinfo, "get_cpu_info", broken)
-    result = cpu.discover(LiveHost(tmp_path), DiscoveryConfig())
+    result = cpu.discover(LiveHost(tmp_path))
     assert "py-cpuinfo gave no CPU facts" in str(result.errors[-1])
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pytest
 
-from agent.discovery import DiscoveryConfig
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.sources import cpu
@@ -105,7 +104,7 @@ EXPECTED: dict[str, tuple[dict[str, str], list[str]]] = {
 def test_recorded_host_gets_nfds_cpu_labels(case):
     root = FIXTURES / case
     assert (root / "proc/cpuinfo").is_file(), f"{case}: recording missing"
-    result = cpu.discover(HostFS(root), DiscoveryConfig())
+    result = cpu.discover(HostFS(root))
     labels, errors = EXPECTED[case]
     assert {k[len(P):]: v for k, v in result.labels.items()} == labels
     assert [e.message for e in result.errors] == errors
@@ -129,7 +128,7 @@ RASPBERRY_PI_MODEL_B = (  # tests/test_linux_raspberry_pi_model_b_arm.py (ARM117
 def test_zen_plus_guest_prints_ssbd_but_klauspost_would_not_set_spec_ctrl_ssbd(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(RYZEN7_ZENPLUS_GUEST)
-    flags = cpu.discover(HostFS(tmp_path), DiscoveryConfig()).features["cpuid"].flags
+    flags = cpu.discover(HostFS(tmp_path)).features["cpuid"].flags
     assert "SPEC_CTRL_SSBD" not in flags
     assert {"AVXSLOW", "AVX2", "HYPERVISOR", "X86_64_V2"} <= flags  # 23/8 < Zen 2; no bmi1/f16c/fma: not v3
     assert "X86_64_V3" not in flags
@@ -138,7 +137,7 @@ def test_zen_plus_guest_prints_ssbd_but_klauspost_would_not_set_spec_ctrl_ssbd(t
 def test_raspberry_pi_model_b_single_block_arm(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(RASPBERRY_PI_MODEL_B)
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     assert result.features["cpuid"].flags == {"SWP", "HALF", "THUMB", "FASTMUL", "VFP", "EDSP", "JAVA", "TLS"}
     assert {k[len(P):]: v for k, v in result.labels.items() if "model." in k} == NOTHING_READ
 
@@ -162,7 +161,7 @@ def test_ppc64_flags_come_from_the_auxiliary_vector_in_any_native_layout(tmp_pat
                                            "revision\t: 2.2 (pvr 004e 1202)\n\ntimebase\t: 512000000\n")
     (tmp_path / "proc/self/auxv").write_bytes(_auxv(order, word, [(33, 1), (16, POWER9_HWCAP), (6, 65536),
                                                                    (26, 0x80000000 | 0x00800000 | 0x00200000)]))
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     assert not result.errors
     assert result.features["cpuid"].flags == {
         "PPC32", "PPC64", "ALTIVEC", "FPU", "MMU", "IC_SNOOP", "VSX", "ARCH_2_06", "DFP", "SMT", "ARCHPMU", "TRUE_LE",
@@ -174,7 +173,7 @@ def test_garbage_auxv_is_an_error_not_flags(tmp_path):
     (tmp_path / "proc/self").mkdir(parents=True)
     (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\ncpu\t\t: POWER8\nrevision\t: 2.1 (pvr 004d 0201)\n")
     (tmp_path / "proc/self/auxv").write_bytes(b"\xff" * 64)
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     assert "cpuid" not in result.features
     assert [e.message for e in result.errors] == ["not an auxiliary vector (64 bytes); no cpu-cpuid flags"]
 
@@ -191,7 +190,7 @@ def test_s390x_since_linux_4_7_takes_machine_and_first_identification(tmp_path):
     (tmp_path / "proc/sysinfo").write_text("Manufacturer:         IBM\nType:                 3906\n")
     (tmp_path / "sys/firmware/uv").mkdir(parents=True)
     (tmp_path / "sys/firmware/uv/prot_virt_host").write_text("1\n")
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     labels = {k[len(P):]: v for k, v in result.labels.items()}
     assert {k: v for k, v in labels.items() if k.startswith("model.")} == _model("IBM_S390", "0133E8", "3906", "none")
     assert {"cpuid.VXE2", "cpuid.VXP", "cpuid.SORT", "cpuid.DFLT", "cpuid.SIE", "cpuid.GS", "cpuid.TE"} <= set(labels)
@@ -201,7 +200,7 @@ def test_s390x_since_linux_4_7_takes_machine_and_first_identification(tmp_path):
 def test_s390x_without_sysinfo_reports_no_hypervisor_and_says_why(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text("vendor_id       : IBM/S390\nfeatures\t: esan3 zarch\n")
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     assert P + "model.hypervisor" not in result.labels
     assert [e.message for e in result.errors] == ["missing; cpu-model.hypervisor not reported"]
 
@@ -210,7 +209,7 @@ def test_a_recording_never_borrows_the_replaying_machines_own_proc(tmp_path):
     """A regular-file cpuinfo is a recording: the test machine's own auxv must not leak in."""
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\ncpu\t\t: POWER8\nrevision\t: 2.1 (pvr 004d 0201)\n")
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     assert "cpuid" not in result.features
     assert "missing" in result.errors[0].message
 
@@ -221,7 +220,7 @@ def test_amd_spec_ctrl_ssbd_follows_the_cpus_that_have_cpuid_bit(tmp_path, famil
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\n"
                                            f"model\t\t: {model}\nflags\t\t: fpu syscall sse sse2 avx ssbd\n\n")
-    flags = cpu.discover(HostFS(tmp_path), DiscoveryConfig()).features["cpuid"].flags
+    flags = cpu.discover(HostFS(tmp_path)).features["cpuid"].flags
     assert ("SPEC_CTRL_SSBD" in flags) is ssbd
     assert ("AVXSLOW" in flags) is (family < 23 or (family == 23 and model < 49))
     assert ("TSA_SQ_NO" in flags) is (family < 0x19 or family == 0x1A)  # 1Ah model 44h: not affected
@@ -233,7 +232,7 @@ def test_ssbd_by_vendor(tmp_path, vendor, flags, expected):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 25\n"
                                            f"model\t\t: 1\nflags\t\t: fpu syscall {flags}\n\n")
-    assert ("SPEC_CTRL_SSBD" in cpu.discover(HostFS(tmp_path), DiscoveryConfig()).features["cpuid"].flags) is expected
+    assert ("SPEC_CTRL_SSBD" in cpu.discover(HostFS(tmp_path)).features["cpuid"].flags) is expected
 
 
 # -- real boards (recordings published by their owners) ---------------------------------------
@@ -264,7 +263,7 @@ JETSON_TX2 = _arm64_blocks([0, 3, 4, 5], "62.50", "fp asimd evtstrm aes pmull sh
 def test_real_arm64_boards(tmp_path, text, flags, model):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(text)
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     labels = {k[len(P):]: v for k, v in result.labels.items()}
     assert labels == {**_flags(flags), **model}
     assert not result.errors

@@ -39,7 +39,7 @@ def board(root: Path, compatible: bytes, model: bytes | None = None, base: str =
 
 
 def run(root: Path, **config):
-    return devicetree.discover(HostFS(root), DiscoveryConfig(**config))
+    return devicetree.discover(HostFS(root), devicetree.Config(**config))
 
 
 def test_coral_dev_board(tmp_path):
@@ -83,7 +83,7 @@ def jetson_nano(root: Path) -> None:
 
 def test_extra_nodes_like_dt_node_labeller_n_flag(tmp_path):
     jetson_nano(tmp_path)
-    result = run(tmp_path, devicetree_extra_nodes=("gpu", "pwm-fan"))
+    result = run(tmp_path, extra_nodes=("gpu", "pwm-fan"))
     assert result.errors == ()
     # exactly the labeller README's `-n gpu pwm-fan` output, plus the p3450 board string
     assert result.labels == {B + "nvidia-p3450-0000": "1", B + "nvidia-jetson-nano": "1", B + "nvidia-tegra210": "1",
@@ -98,7 +98,7 @@ def test_extra_nodes_like_dt_node_labeller_n_flag(tmp_path):
 
 def test_extra_nodes_by_path_nested_and_missing(tmp_path):
     jetson_nano(tmp_path)
-    result = run(tmp_path, devicetree_extra_nodes=("/host1x@50000000/vi@54080000", "vi", "npu", "/chosen"))
+    result = run(tmp_path, extra_nodes=("/host1x@50000000/vi@54080000", "vi", "npu", "/chosen"))
     paths = [i.attributes["path"] for i in result.features["node"].instances]
     assert paths == ["/host1x@50000000/vi@54080000", "/chosen"]  # found once, chosen has no compatible
     assert B + "nvidia-tegra210-vi" in result.labels
@@ -107,7 +107,7 @@ def test_extra_nodes_by_path_nested_and_missing(tmp_path):
 
 def test_no_device_tree_on_x86(tmp_path):
     put(tmp_path, "/sys/firmware/acpi/tables/DSDT", b"DSDT")
-    result = run(tmp_path, devicetree_extra_nodes=("gpu",))
+    result = run(tmp_path, extra_nodes=("gpu",))
     assert result.features == {} and result.labels == {} and result.errors == ()
 
 
@@ -196,6 +196,6 @@ def test_any_compatible_bytes_give_only_valid_labels(data):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         put(root, f"{BASE}/compatible", data)
-        result = devicetree.discover(HostFS(root), DiscoveryConfig())
+        result = devicetree.discover(HostFS(root))
         for key, value in result.labels.items():
             assert key.startswith(B) and not qualified_name_errors(key) and not label_value_errors(value)

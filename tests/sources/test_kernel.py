@@ -64,8 +64,8 @@ def host_with(tmp_path: Path, release: str = RELEASE) -> Path:
     return tmp_path
 
 
-def run(root: Path, config: DiscoveryConfig | None = None):
-    return kernel.discover(HostFS(root), config or DiscoveryConfig())
+def run(root: Path, config: kernel.Config | None = None):
+    return kernel.discover(HostFS(root), config or kernel.Config())
 
 
 @pytest.mark.parametrize("release, expected", [
@@ -110,7 +110,7 @@ def test_ubuntu_host(tmp_path):
 def test_config_opts_raw_value_and_m(tmp_path):
     root = host_with(tmp_path)
     put(root, f"/boot/config-{RELEASE}", UBUNTU_CONFIG)
-    result = run(root, DiscoveryConfig(kernel_config_opts=("HZ", "KVM", "PREEMPT")))
+    result = run(root, kernel.Config(config_opts=("HZ", "KVM", "PREEMPT")))
     assert {k: v for k, v in result.labels.items() if "config" in k} == {P + "config.HZ": "250", P + "config.KVM": "true"}
 
 
@@ -128,7 +128,7 @@ def test_configured_file_comes_first(tmp_path):
     root = host_with(tmp_path)
     put(root, "/proc/config.gz", gzip.compress(b"CONFIG_PREEMPT=y\n"))
     put(root, "/etc/my-kconfig", "CONFIG_NO_HZ=y\n")
-    result = run(root, DiscoveryConfig(kernel_config_file="/etc/my-kconfig"))
+    result = run(root, kernel.Config(kconfig_file="/etc/my-kconfig"))
     assert result.features["config"].origin == "/etc/my-kconfig"
 
 

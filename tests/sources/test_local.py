@@ -27,8 +27,8 @@ def put(root: Path, name: str, content: str | bytes, directory: str = D) -> Path
     return path
 
 
-def run(root: Path, config: DiscoveryConfig | None = None):
-    return local.discover(HostFS(root), config or DiscoveryConfig(), now=NOW)
+def run(root: Path, config: local.Config | None = None):
+    return local.discover(HostFS(root), config or local.Config(), now=NOW)
 
 
 def test_site_file_with_directives(tmp_path):
@@ -106,7 +106,7 @@ def test_missing_directory(tmp_path):
 
 def test_custom_directory(tmp_path):
     put(tmp_path, "x", "custom=1\n", directory="/opt/features")
-    assert run(tmp_path, DiscoveryConfig(local_features_dir="/opt/features")).labels == {NFD_PREFIX + "custom": "1"}
+    assert run(tmp_path, local.Config(features_dir="/opt/features")).labels == {NFD_PREFIX + "custom": "1"}
 
 
 # -- hostile input -------------------------------------------------------------------------------

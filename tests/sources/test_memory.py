@@ -39,7 +39,7 @@ def numa_nodes(root: Path, count: int) -> None:
 
 
 def run(root: Path):
-    return memory.discover(HostFS(root), DiscoveryConfig())
+    return memory.discover(HostFS(root))
 
 
 def test_two_socket_server(tmp_path):

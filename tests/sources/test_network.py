@@ -12,7 +12,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFileError, HostFS
 from agent.sources import network
@@ -72,7 +71,7 @@ def server(root: Path, *, numvfs: str = "4") -> None:
 
 
 def run(root: Path):
-    return network.discover(HostFS(root), DiscoveryConfig())
+    return network.discover(HostFS(root))
 
 
 def attrs(result, feature: str) -> dict[str, dict[str, str]]:
@@ -135,7 +134,7 @@ def test_speed_einval_on_a_down_link_is_just_absent(tmp_path):
     server(tmp_path)
     host = DownLinkHost(tmp_path, {"/sys/class/net/eno1/speed": errno.EINVAL,
                                    "/sys/class/net/lo/speed": errno.EINVAL})
-    result = network.discover(host, DiscoveryConfig())
+    result = network.discover(host)
     assert result.errors == ()
     assert "speed" not in attrs(result, "device")["eno1"]
 
@@ -143,7 +142,7 @@ def test_speed_einval_on_a_down_link_is_just_absent(tmp_path):
 def test_other_speed_failures_are_reported(tmp_path):
     server(tmp_path)
     host = DownLinkHost(tmp_path, {"/sys/class/net/eno1/speed": errno.EIO})
-    result = network.discover(host, DiscoveryConfig())
+    result = network.discover(host)
     assert [(e.path, e.message) for e in result.errors] == [
         ("/sys/class/net/eno1/speed", "unreadable: Input/output error")]
     assert "speed" not in attrs(result, "device")["eno1"] and "mtu" in attrs(result, "device")["eno1"]
@@ -157,7 +156,7 @@ def test_live_host_speed_einval_is_not_an_error():
     except HostFileError as exc:
         if not isinstance(exc.__cause__, OSError) or exc.__cause__.errno != errno.EINVAL:
             pytest.skip(f"lo/speed fails differently here: {exc}")
-    result = network.discover(HostFS("/"), DiscoveryConfig())
+    result = network.discover(HostFS("/"))
     assert not [e for e in result.errors if e.path.endswith("/speed")]
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.discovery import DiscoveryConfig
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.sources import local, memory, pci
@@ -25,7 +24,7 @@ NFD = REPO / "fixtures" / "nfd-testdata"
 # -- source/local/local_test.go TestGetExpirationDate ------------------------------------------
 def local_result():
     root = NFD / "source/local/testdata"
-    return local.discover(HostFS(root), DiscoveryConfig(local_features_dir="/features.d"),
+    return local.discover(HostFS(root), local.Config(features_dir="/features.d"),
                           now=datetime.now(timezone.utc))
 
 
@@ -66,14 +65,14 @@ def sys_root(tmp_path: Path, sysfs: Path | None) -> Path:
 def test_hugepages_as_nfd(tmp_path):
     """TestDetectHugePages "With configured 1Gi huge pages size"."""
     root = sys_root(tmp_path, NFD / "source/memory/testdata/hugepages")
-    result = memory.discover(HostFS(root), DiscoveryConfig())
+    result = memory.discover(HostFS(root))
     assert dict(result.features["hugepages"].attributes) == {
         "enabled": "true", "hugepages-1Gi": "2", "hugepages-2Mi": "0"}
 
 
 def test_no_hugepages_directory_is_enabled_false(tmp_path):
     """TestDetectHugePages "With invalid directory structure"."""
-    result = memory.discover(HostFS(sys_root(tmp_path, None)), DiscoveryConfig())
+    result = memory.discover(HostFS(sys_root(tmp_path, None)))
     assert dict(result.features["hugepages"].attributes) == {"enabled": "false"}
 
 
@@ -84,7 +83,7 @@ def test_swaps_as_nfd(tmp_path, name, lines, swap):
     assert memory.count_nonempty_lines(text) == lines
     root = sys_root(tmp_path, None)
     (root / "proc/swaps").write_text(text)
-    result = memory.discover(HostFS(root), DiscoveryConfig())
+    result = memory.discover(HostFS(root))
     assert result.features["swap"].attributes["enabled"] == str(swap).lower()
     assert (NFD_PREFIX + "memory-swap" in result.labels) is swap
 
@@ -110,7 +109,7 @@ NFD_PCI_KEYS = {"class", "vendor", "device", "subsystem_vendor", "subsystem_devi
 
 
 def pci_result(**config):
-    return pci.discover(HostFS(NFD / "testdata/source/pci/rootfs-1"), DiscoveryConfig(**config))
+    return pci.discover(HostFS(NFD / "testdata/source/pci/rootfs-1"), pci.Config(**config))
 
 
 def test_pci_instances_as_nfd():
@@ -122,9 +121,9 @@ def test_pci_instances_as_nfd():
 
 @pytest.mark.parametrize("config, labels", [
     ({}, {"0300_1a03.present", "0b40_8086.present", "0b40_8086.sriov.capable"}),
-    ({"pci_class_whitelist": ("0c",), "pci_label_fields": ()}, {"0c80_8086.present"}),
-    ({"pci_class_whitelist": ("0c",), "pci_label_fields": ("foo", "bar")}, {"0c80_8086.present"}),
-    ({"pci_class_whitelist": ("0c",), "pci_label_fields": ("foo", "class")}, {"0c80.present"}),
+    ({"device_class_whitelist": ("0c",), "device_label_fields": ()}, {"0c80_8086.present"}),
+    ({"device_class_whitelist": ("0c",), "device_label_fields": ("foo", "bar")}, {"0c80_8086.present"}),
+    ({"device_class_whitelist": ("0c",), "device_label_fields": ("foo", "class")}, {"0c80.present"}),
 ], ids=["default", "empty-fields", "only-invalid-fields", "some-invalid-fields"])
 def test_pci_labels_as_nfd(config, labels):
     result = pci_result(**config)

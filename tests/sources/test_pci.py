@@ -88,7 +88,7 @@ def gpu_server(root: Path) -> None:
 
 
 def run(root: Path, **config) -> "pci.SourceResult":
-    return pci.discover(HostFS(root), DiscoveryConfig(**config))
+    return pci.discover(HostFS(root), pci.Config(**config))
 
 
 def by_address(result) -> dict[str, dict[str, str]]:
@@ -157,7 +157,7 @@ def test_sriov_capable_needs_only_the_file(tmp_path):
 ])
 def test_class_whitelist_is_a_lowercased_prefix_match(tmp_path, whitelist, expected):
     gpu_server(tmp_path)
-    result = run(tmp_path, pci_class_whitelist=whitelist)
+    result = run(tmp_path, device_class_whitelist=whitelist)
     assert set(result.labels) == expected
     assert result.errors == ()
 
@@ -171,7 +171,7 @@ def test_class_whitelist_is_a_lowercased_prefix_match(tmp_path, whitelist, expec
 ])
 def test_label_fields(tmp_path, fields, devlabel, bad):
     pci_function(tmp_path, "0000:07:00.0", **A100)
-    result = run(tmp_path, pci_label_fields=fields)
+    result = run(tmp_path, device_label_fields=fields)
     assert result.labels == {P + devlabel + ".present": "true"}
     assert [e.message for e in result.errors] == [
         f"unknown pci label field {b!r} ignored (valid: class, vendor, device, subsystem_vendor, subsystem_device)"
@@ -248,7 +248,7 @@ def test_device_vanishing_between_listing_and_reading(tmp_path):
         if host_path == "/sys/devices/pci0000:00/0000:00:01.0/0000:07:00.0/class" and devdir.exists():
             shutil.rmtree(devdir)
 
-    result = pci.discover(HostFS(tmp_path, recorder=unplug), DiscoveryConfig())
+    result = pci.discover(HostFS(tmp_path, recorder=unplug))
 
     assert "0000:07:00.0" not in by_address(result)
     assert [e.message for e in result.errors] == ["device vanished during scan; device 0000:07:00.0 skipped"]
@@ -277,7 +277,7 @@ def test_unbound_device_has_no_driver(tmp_path):
 
 def test_through_run_source_every_label_is_valid(tmp_path):
     gpu_server(tmp_path)
-    result = run_source("pci", HostFS(tmp_path), DiscoveryConfig(pci_class_whitelist=("0",)))
+    result = run_source("pci", HostFS(tmp_path), DiscoveryConfig(sources={"pci": pci.Config(device_class_whitelist=("0",))}))
     assert result.errors == ()
     assert set(result.labels) == {P + "0300_1a03.present", P + "0302_10de.present", P + "0207_15b3.present",
                                   P + "0207_15b3.sriov.capable", P + "0880_1ac1.present"}
@@ -312,7 +312,7 @@ def test_any_id_bytes_never_crash_and_labels_are_valid(ids, whitelist):
         for name, data in ids.items():
             put(root, f"{devdir}/{name}", data)
         link(root, "/sys/bus/pci/devices/0000:00:01.0", devdir)
-        result = pci.discover(HostFS(root), DiscoveryConfig(pci_class_whitelist=tuple(whitelist) or ("",)))
+        result = pci.discover(HostFS(root), pci.Config(device_class_whitelist=tuple(whitelist) or ("",)))
         instances = result.features["device"].instances
         assert len(instances) + len(result.errors) >= 1
         for key, value in result.labels.items():

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.discovery import DiscoveryConfig
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.sources import storage
@@ -35,7 +34,7 @@ def block(root: Path, name: str, devdir: str, rotational: str | bytes | None, *,
 
 
 def run(root: Path):
-    return storage.discover(HostFS(root), DiscoveryConfig())
+    return storage.discover(HostFS(root))
 
 
 def blocks(result) -> dict[str, dict[str, str]]:

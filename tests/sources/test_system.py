@@ -80,7 +80,7 @@ def put(root: Path, host_path: str, content: str | bytes) -> Path:
 
 
 def run(root: Path, node_name: str = "node-a"):
-    return system.discover(HostFS(root), DiscoveryConfig(node_name=node_name))
+    return system.discover(HostFS(root), system.Config(node_name=node_name))
 
 
 @pytest.mark.parametrize("text, labels", [

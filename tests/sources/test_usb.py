@@ -78,7 +78,7 @@ def coral_before_firmware(root: Path, name: str = "1-2") -> str:
 
 
 def run(root: Path, **config):
-    return usb.discover(HostFS(root), DiscoveryConfig(**config))
+    return usb.discover(HostFS(root), usb.Config(**config))
 
 
 def instances(result) -> list[dict[str, str]]:
@@ -138,7 +138,7 @@ def test_device_level_class_gives_one_instance_with_first_interface_driver(tmp_p
     """Intel AX201 Bluetooth: class e0 at device level, btusb on both interfaces."""
     usb_device(tmp_path, "1-10", f"{XHCI}/usb1", "8087", "0026", "e0", speed="12",
                interfaces={"1.0": ("e0", "btusb"), "1.1": ("e0", "btusb")})
-    result = run(tmp_path, usb_class_whitelist=("e0",))
+    result = run(tmp_path, device_class_whitelist=("e0",))
     assert instances(result) == [{"class": "e0", "vendor": "8087", "device": "0026", "sysfs_name": "1-10",
                                   "busnum": "1", "devnum": "3", "devpath": "10", "speed": "12", "driver": "btusb"}]
     assert result.labels == {U + "e0_8087_0026.present": "true"}
@@ -171,7 +171,7 @@ def test_whitelist_and_label_fields(tmp_path, whitelist, fields, expected):
     coral_before_firmware(tmp_path)
     usb_device(tmp_path, "1-3", f"{XHCI}/usb1", "03e7", "2485", "00", interfaces={"1.0": ("ff", None)},
                serial="03e72485")
-    result = run(tmp_path, usb_class_whitelist=whitelist, usb_label_fields=fields)
+    result = run(tmp_path, device_class_whitelist=whitelist, device_label_fields=fields)
     assert set(result.labels) == {U + e + ".present" for e in expected}
     assert [e.message for e in result.errors] == (
         ["unknown usb label field 'bogus' ignored (valid: class, vendor, device, serial)"] if "bogus" in fields else [])
@@ -182,8 +182,8 @@ def test_label_with_serial_is_dropped_by_discovery_when_invalid(tmp_path):
     from agent.discovery import run_source
 
     usb_device(tmp_path, "usb1", XHCI, "1d6b", "0002", "09", serial="0000:00:14.0")
-    result = run_source("usb", HostFS(tmp_path), DiscoveryConfig(usb_class_whitelist=("09",),
-                                                                  usb_label_fields=("class", "serial")))
+    result = run_source("usb", HostFS(tmp_path), DiscoveryConfig(sources={"usb": usb.Config(
+        device_class_whitelist=("09",), device_label_fields=("class", "serial"))}))
     assert result.labels == {}
     assert "dropped" in result.errors[0].message
 
@@ -256,7 +256,7 @@ def test_unplugged_between_glob_and_read(tmp_path):
         if host_path == "/sys/bus/usb/devices/1-2/idVendor" and devdir.exists():
             shutil.rmtree(devdir)
 
-    result = usb.discover(HostFS(tmp_path, recorder=unplug), DiscoveryConfig())
+    result = usb.discover(HostFS(tmp_path, recorder=unplug))
     assert [e.message for e in result.errors] == ["device vanished during scan; USB device 1-2 skipped"]
     assert result.labels == {}
 
@@ -280,7 +280,7 @@ def test_any_bytes_never_crash_and_labels_are_valid(files, interface_classes):
         for n, data in enumerate(interface_classes):
             put(root, f"{devdir}/1-2:1.{n}/bInterfaceClass", data)
         link(root, "/sys/bus/usb/devices/1-2", devdir)
-        result = usb.discover(HostFS(root), DiscoveryConfig(usb_class_whitelist=("",)))
+        result = usb.discover(HostFS(root), usb.Config(device_class_whitelist=("",)))
         for key, value in result.labels.items():
             assert not qualified_name_errors(key) and not label_value_errors(value)
         for instance in result.features["device"].instances:

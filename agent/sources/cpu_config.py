@@ -1,0 +1,35 @@
+"""The cpu source's section of nfd-worker.conf, ``sources.cpu``, and NFD's cpuid label filter.
+
+Kept apart from the cpu source's discovery logic: the filter decides which ``cpu.cpuid``
+flags become ``cpu-cpuid.<FLAG>`` labels and nothing else (NFD ``source/cpu/cpu.go``:
+``newDefaultConfig``, ``initCpuidFilter``, ``keyFilter.unmask``).  The ``cpu.cpuid`` feature
+keeps every flag whatever the filter says, as in NFD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.sources._config import nfd_option
+
+#: NFD's default ``attributeBlacklist`` (source/cpu/cpu.go newDefaultConfig)
+DEFAULT_CPUID_BLACKLIST = (
+    "AVX10", "BMI1", "BMI2", "CLMUL", "CMOV", "CX16", "ERMS", "F16C", "HTT", "LZCNT",
+    "MMX", "MMXEXT", "NX", "POPCNT", "RDRAND", "RDSEED", "RDTSCP", "SGX", "SGXLC", "SSE",
+    "SSE2", "SSE3", "SSE4", "SSE42", "SSSE3", "TDX_GUEST",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """``sources.cpu``: ``cpuid.attributeBlacklist`` / ``cpuid.attributeWhitelist`` (a
+    non-empty whitelist replaces the blacklist; names are exact)."""
+
+    cpuid_attribute_blacklist: tuple[str, ...] = nfd_option("cpuid.attributeBlacklist", DEFAULT_CPUID_BLACKLIST)
+    cpuid_attribute_whitelist: tuple[str, ...] = nfd_option("cpuid.attributeWhitelist", ())
+
+    def labelled_cpuid_flag(self, flag: str) -> bool:
+        """NFD's ``keyFilter.unmask``: whitelist if any, else not blacklisted."""
+        if self.cpuid_attribute_whitelist:
+            return flag in self.cpuid_attribute_whitelist
+        return flag not in self.cpuid_attribute_blacklist
