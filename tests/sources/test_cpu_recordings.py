@@ -302,7 +302,7 @@ def test_recorded_live_facts_of_another_architecture_are_not_read_as_x86(tmp_pat
     (tmp_path / ".node-feature-agent").mkdir()
     (tmp_path / ".node-feature-agent/cpu-live.json").write_text(
         json.dumps({"arch": "ppc64le", "vendor_id": "", "flags": ["altivec", "vsx", "fpu"]}))
-    result = cpu.discover(HostFS(tmp_path), DiscoveryConfig())
+    result = cpu.discover(HostFS(tmp_path))
     assert not result.labels
     assert "CPU facts for architecture 'ppc64le' not used" in [e.message for e in result.errors]
 
@@ -314,4 +314,4 @@ def test_x86_vendor_names_are_klauspost_vendor_mapping(tmp_path, vendor_id, expe
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor_id}\ncpu family\t: 7\n"
                                            f"model\t\t: 59\nflags\t\t: fpu sse sse2\n\n")
-    assert cpu.discover(HostFS(tmp_path), DiscoveryConfig()).labels[P + "model.vendor_id"] == expected
+    assert cpu.discover(HostFS(tmp_path)).labels[P + "model.vendor_id"] == expected
