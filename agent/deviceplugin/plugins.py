@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 import grpc
 
 from agent.deviceplugin.model import PluginDevice, ResourceDevices
-from agent.deviceplugin.server import ResourceServer
+from agent.deviceplugin.server import ResourceServer, socket_identity
 from agent.deviceplugin.v1beta1 import KUBELET_SOCKET_NAME, VERSION, api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class DevicePlugins:
             self._stop_server(name)
         for name, state in wanted.items():
             self._ensure_server(name, state)
-        kubelet = _identity(self.kubelet_socket)
+        kubelet = socket_identity(self.kubelet_socket)
         for name in sorted(wanted):
             if self._stopping.is_set():
                 return
@@ -250,11 +250,3 @@ class DevicePlugins:
         if self._last_error.get(name) != text:
             self._last_error[name] = text
             log.warning("%s; retrying every %.0fs", text, self.check_interval, extra={"event": "device-plugin-error"})
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)

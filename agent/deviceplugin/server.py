@@ -168,12 +168,12 @@ class ResourceServer:
         with self._cond:
             self._stopped = False
         self._server = server
-        self._inode = _identity(self.socket_path)
+        self._inode = socket_identity(self.socket_path)
         return self
 
     def socket_intact(self) -> bool:
         """False once someone removed or replaced our socket (kubelet does on its start)."""
-        return self._inode is not None and _identity(self.socket_path) == self._inode
+        return self._inode is not None and socket_identity(self.socket_path) == self._inode
 
     def stop(self, grace: float = 0.2, wait: float | None = None) -> None:
         """End the streams, stop serving (waiting at most ``wait`` seconds, default grace + 0.2)
@@ -184,7 +184,7 @@ class ResourceServer:
         if self._server is not None:
             self._server.stop(grace).wait(grace + 0.2 if wait is None else wait)
             self._server = None
-        if self._inode is not None and _identity(self.socket_path) == self._inode:
+        if self._inode is not None and socket_identity(self.socket_path) == self._inode:
             try:
                 os.unlink(self.socket_path)
             except OSError:
@@ -192,7 +192,9 @@ class ResourceServer:
         self._inode = None
 
 
-def _identity(path: str) -> tuple[int, int] | None:
+def socket_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of a socket file, None when it is gone: a socket recreated at the same
+    path (a restarted kubelet, a wiped directory) is another socket."""
     try:
         st = os.stat(path)
     except OSError:

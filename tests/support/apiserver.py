@@ -342,17 +342,10 @@ class _Handler(BaseHTTPRequestHandler):
             fake._stopping.wait(fault.seconds)
         record.status = code
         fake._record(record)
-        if isinstance(body, bytes):  # a recorded JSON document, served byte for byte
+        if isinstance(body, (bytes, str)):  # a recorded JSON document byte for byte, or plain text
+            data, kind = (body, "application/json") if isinstance(body, bytes) else (body.encode(), "text/plain")
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
-        if isinstance(body, str):
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
