@@ -175,11 +175,14 @@ def test_catalogue_volume_is_mounted_where_rules_point():
     assert VOLUMES[catalogue]["configMap"]["name"] == configmap["metadata"]["name"]
 
 
+# removed when the test process ends (TemporaryDirectory's finalizer); was left in /tmp per run
+_WORKER_CONFIG_DIR = tempfile.TemporaryDirectory(prefix="nfa-shipped-worker-config-")
+
+
 def shipped_worker_config() -> Path:
     """The DaemonSet's worker-config ConfigMap content, written where a test can pass it as --config."""
     (configmap,) = [c for c in objects("ConfigMap") if c["metadata"]["name"] == "node-feature-agent-worker-config"]
-    path = Path(tempfile.gettempdir()) / f"nfa-shipped-worker-config-{os.getpid()}" / "nfd-worker.conf"
-    path.parent.mkdir(exist_ok=True)
+    path = Path(_WORKER_CONFIG_DIR.name) / "nfd-worker.conf"
     path.write_text(configmap["data"]["nfd-worker.conf"])
     return path
 
