@@ -93,6 +93,18 @@ EXPECTATIONS: dict[str, dict] = {
         "flags": {"kernel.loadedmodule": ["apex", "gasket"]},
         "mentions": {"devicetree": ["fsl,imx8mq-phanbell", "fsl,imx8mq"]},
     },
+    # mainline kernel: PCIe disabled in the mainline DTS, so no PCI at all (README)
+    "coral-devboard-mainline": {
+        "labels": {"system-os_release.ID": "debian", "system-os_release.VERSION_ID": "12",
+                   "kernel-version.full": "6.1.0-18-arm64", "cpu-model.vendor_id": "ARM",
+                   "cpu-model.family": "15", "cpu-model.id": "53300", "cpu-cpuid.AES": "true",
+                   "cpu-cpuid.CPUID": "true", "cpu-hardware_multithreading": "false",
+                   "beta.devicetree.org/google-imx8mq-phanbell": "1", "beta.devicetree.org/fsl-imx8mq": "1"},
+        "absent": ["beta.devicetree.org/fsl-imx8mq-phanbell", "pci-0880_1ac1.present", "memory-numa"],
+        "no_label_prefix": ["pci-", "usb-"],
+        "attributes": {"devicetree.model": {"model": "Google i.MX8MQ Phanbell"}},
+        "mentions": {"devicetree": ["google,imx8mq-phanbell", "fsl,imx8mq"]},
+    },
     "raspberry-pi-4": {
         "labels": {"kernel-version.full": "6.6.31_rpt-rpi-v8", "memory-swap": "true", "system-os_release.ID": "debian",
                    "storage-nonrotationaldisk": "true", "kernel-config.PREEMPT": "true"},
@@ -430,3 +442,26 @@ def test_attribute_formats_are_the_kernels(case):
             if not data.endswith(b"\0") or b"\0\0" in data:
                 problems.append(f"devicetree {prop} {data!r} is not a NUL-terminated string list")
     assert not problems, f"{case}:\n  " + "\n  ".join(problems[:40])
+
+
+def _dt_board_writer():
+    sys.path.insert(0, str(REPO / "fixtures" / "recorded"))
+    try:
+        import make_dt_boards
+    finally:
+        sys.path.remove(str(REPO / "fixtures" / "recorded"))
+    return make_dt_boards
+
+
+DT_BOARDS = sorted(_dt_board_writer().CASES)
+
+
+@pytest.mark.parametrize("case", DT_BOARDS)
+def test_committed_dt_board_tree_matches_its_writer(case, tmp_path):
+    """Device-tree board fixtures are exactly what fixtures/recorded/make_dt_boards.py writes
+    from the mainline DTS values it names (nobody hand-edited them)."""
+    writer = _dt_board_writer()
+    assert case in CASES and case not in GENERATED
+    writer.build(case, tmp_path / case)
+    assert _tree_listing(FIXTURES / case) == _tree_listing(tmp_path / case), (
+        f"{case}: run `python fixtures/recorded/make_dt_boards.py {case}`")

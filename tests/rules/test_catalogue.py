@@ -46,11 +46,24 @@ def test_intel_vendor_rules_on_the_intel_server():
     assert state.problems == ()
 
 
-@pytest.mark.parametrize("case", ["coral-usb-boot", "coral-usb", "coral-pcie", "coral-devboard"])
+@pytest.mark.parametrize("case", ["coral-usb-boot", "coral-usb", "coral-pcie", "coral-devboard", "coral-devboard-mainline"])
 def test_every_coral_form_yields_edgetpu_and_a_device_count(case):
     state = plan_fixture(case).state
     assert state.labels["accelerators/edgetpu"] == "true"
     assert state.extended_resources["node-feature-agent.io/edgetpu"] == "1"
+
+
+def test_coral_dev_board_on_a_mainline_kernel_is_found_by_its_device_tree():
+    """Mainline imx8mq-phanbell.dts: root compatible "google,imx8mq-phanbell" and both PCIe
+    controllers disabled, so no PCI device exists; board and Edge TPU come from the device tree."""
+    state = plan_fixture("coral-devboard-mainline").state
+    assert state.labels["boards/coral-dev-board"] == "true"
+    assert state.labels["accelerators/edgetpu"] == "true"
+    for key in ("boards/coral-dev-board", "accelerators/edgetpu"):
+        assert state.provenance[key].feature_instance == "devicetree.compatible.google,imx8mq-phanbell"
+        assert state.provenance[key].host_path == "/sys/firmware/devicetree/base/compatible"
+    assert not any(k.startswith(("boards/raspberry-pi", "boards/nvidia")) for k in state.labels)
+    assert state.problems == ()
 
 
 def test_coral_pcie_outside_nfd_class_whitelist_still_matches_by_raw_device():
