@@ -105,6 +105,21 @@ EXPECTATIONS: dict[str, dict] = {
         "attributes": {"devicetree.model": {"model": "Google i.MX8MQ Phanbell"}},
         "mentions": {"devicetree": ["google,imx8mq-phanbell", "fsl,imx8mq"]},
     },
+    "raspberry-pi-4-recorded": {
+        "labels": {"beta.devicetree.org/raspberrypi-4-model-b": "1", "beta.devicetree.org/brcm-bcm2711": "1",
+                   "cpu-model.vendor_id": "ARM", "cpu-model.family": "15", "cpu-model.id": "53379",
+                   "cpu-cpuid.CRC32": "true", "cpu-cpuid.CPUID": "true", "cpu-hardware_multithreading": "false",
+                   "kernel-version.full": "6.12.47_rpt-rpi-v8"},
+        # NFD's version regexp fails on the sanitised "_rpt-rpi-v8" suffix: no components (README)
+        "absent": ["kernel-version.major", "kernel-version.minor", "kernel-version.revision", "cpu-cpuid.AES"],
+        "attributes": {"devicetree.model": {"model": "Raspberry Pi 4 Model B Rev 1.1"}},
+    },
+    "jetson-nano-mainline": {
+        "labels": {"beta.devicetree.org/nvidia-p3450-0000": "1", "beta.devicetree.org/nvidia-tegra210": "1"},
+        "absent": ["beta.devicetree.org/nvidia-jetson-nano"],
+        "no_label_prefix": ["cpu-", "kernel-version"],
+        "attributes": {"devicetree.model": {"model": "NVIDIA Jetson Nano Developer Kit"}},
+    },
     "raspberry-pi-4": {
         "labels": {"kernel-version.full": "6.6.31_rpt-rpi-v8", "memory-swap": "true", "system-os_release.ID": "debian",
                    "storage-nonrotationaldisk": "true", "kernel-config.PREEMPT": "true"},
@@ -465,3 +480,10 @@ def test_committed_dt_board_tree_matches_its_writer(case, tmp_path):
     writer.build(case, tmp_path / case)
     assert _tree_listing(FIXTURES / case) == _tree_listing(tmp_path / case), (
         f"{case}: run `python fixtures/recorded/make_dt_boards.py {case}`")
+
+
+def test_recorded_pi4_cpuinfo_is_the_published_text():
+    """The fixture's cpuinfo and the cpu test vector are the same recording (one source, two uses)."""
+    from tests.sources.test_cpu_recordings import RASPBERRY_PI_4
+
+    assert (FIXTURES / "raspberry-pi-4-recorded/proc/cpuinfo").read_text() == RASPBERRY_PI_4

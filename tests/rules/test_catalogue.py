@@ -77,6 +77,13 @@ def test_coral_pcie_outside_nfd_class_whitelist_still_matches_by_raw_device():
     ("coral-devboard", {"boards/coral-dev-board": "true"}, ["boards/raspberry-pi"]),
     ("raspberry-pi-4", {"boards/raspberry-pi": "true", "boards/raspberry-pi-model": "4-model-b"}, ["accelerators/edgetpu", "boards/nvidia-jetson"]),
     ("jetson-nano", {"boards/nvidia-jetson": "true", "boards/nvidia-tegra-soc": "tegra210"}, ["boards/raspberry-pi"]),
+    # mainline device trees (fixtures/recorded/make_dt_boards.py; each README names the DTS)
+    ("raspberry-pi-4-recorded", {"boards/raspberry-pi": "true", "boards/raspberry-pi-model": "4-model-b"},
+     ["accelerators/edgetpu", "boards/nvidia-jetson", "boards/coral-dev-board"]),
+    ("jetson-nano-mainline", {"boards/nvidia-jetson": "true", "boards/nvidia-tegra-soc": "tegra210"},
+     ["boards/raspberry-pi", "boards/coral-dev-board", "accelerators/edgetpu"]),
+    ("coral-devboard-mainline", {"boards/coral-dev-board": "true", "accelerators/edgetpu": "true"},
+     ["boards/raspberry-pi", "boards/nvidia-jetson"]),
     ("nvidia-8gpu", {"accelerators/nvidia-gpu": "true", "accelerators/gpu": "true", "accelerators/nvidia-gpu.count": "8"}, ["accelerators/amd-gpu"]),
     ("amd-gpu", {"accelerators/amd-gpu": "true", "accelerators/gpu": "true", "accelerators/amd-gpu.count": "2"}, ["accelerators/nvidia-gpu"]),
     ("intel-server", {INTEL + "qat": "true", INTEL + "sgx": "true"}, ["accelerators/edgetpu", "accelerators/gpu"]),
