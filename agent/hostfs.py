@@ -31,7 +31,7 @@ import sys
 import threading
 from threading import get_ident as _get_ident
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 MAX_ATTR_BYTES = 64 * 1024
 """Largest file the seam reads in one go; sysfs attributes are at most a page."""
@@ -126,8 +126,62 @@ class HostFileError(OSError):
         self.missing = missing
 
 
+def _read_open(fd: int, host_path: str, max_bytes: int) -> bytes:
+    """The content of an open descriptor, refused unless it is a regular file.
+
+    Only regular files are read (sysfs and procfs attributes are regular files): a FIFO,
+    socket or device node planted in the host tree is never read.  One ``read`` where the
+    file states its size (a short read is its end); files of size 0 (procfs) are read until
+    the kernel says end of file."""
+    status = os.fstat(fd)
+    kind = status.st_mode & _S_IFMT
+    if kind != _S_IFREG:
+        if kind == _S_IFDIR:  # os.open succeeds on a directory where open() would not
+            raise HostFileError(host_path, os.strerror(errno.EISDIR))
+        raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
+    data = os.read(fd, max_bytes)
+    if status.st_size and len(data) < max_bytes or not data:
+        return data
+    chunks = [data]
+    left = max_bytes - len(data)
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _oserror(host_path: str, exc: OSError) -> HostFileError:
+    """What the seam raises for an ``OSError`` met reading ``host_path`` (its cause kept)."""
+    missing = exc.errno in _GONE_ERRNOS
+    error = HostFileError(host_path, "missing" if missing else (exc.strerror or type(exc).__name__), missing=missing)
+    error.__cause__ = exc
+    return error
+
+
+def _attr_text(host_path: str, data: bytes) -> str:
+    """A file's bytes as UTF-8 text; binary junk is a :class:`HostFileError`."""
+    if b"\x00" in data:
+        raise HostFileError(host_path, "binary content (NUL byte) in a text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HostFileError(host_path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
 class HostFS:
     """Read-only view of the host's files under ``root``."""
+
+    #: whether this class reads files with HostFS's own read methods (a subclass that overrides
+    #: one sees every file through it: :meth:`read_attrs` then reads one file at a time)
+    _plain_reads = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._plain_reads = all(getattr(cls, name) is getattr(HostFS, name)
+                               for name in ("read_bytes", "read_text", "read_attr"))
 
     def __init__(self, root: str | os.PathLike[str] = "/", recorder: Callable[[str], None] | None = None,
                  *, kernel_resolve: bool | None = None):
@@ -459,42 +513,17 @@ class HostFS:
                         raise
                     fd = self._open(norm, _READ_FLAGS)
             try:
-                status = os.fstat(fd)
-                kind = status.st_mode & _S_IFMT
-                if kind != _S_IFREG:
-                    if kind == _S_IFDIR:  # os.open succeeds on a directory where open() would not
-                        raise HostFileError(host_path, os.strerror(errno.EISDIR))
-                    raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
-                data = os.read(fd, max_bytes)
-                if status.st_size and len(data) < max_bytes or not data:
-                    return data
-                chunks = [data]
-                left = max_bytes - len(data)
-                while left > 0:
-                    chunk = os.read(fd, left)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    left -= len(chunk)
-                return b"".join(chunks)
+                return _read_open(fd, host_path, max_bytes)
             finally:
                 os.close(fd)
         except HostFileError:
             raise
         except OSError as exc:
-            missing = exc.errno in _GONE_ERRNOS
-            reason = "missing" if missing else (exc.strerror or type(exc).__name__)
-            raise HostFileError(host_path, reason, missing=missing) from exc
+            raise _oserror(host_path, exc) from exc
 
     def read_text(self, host_path: str, max_bytes: int = MAX_ATTR_BYTES) -> str:
         """UTF-8 content; binary junk (NUL bytes, invalid UTF-8) is a :class:`HostFileError`."""
-        data = self.read_bytes(host_path, max_bytes)
-        if b"\x00" in data:
-            raise HostFileError(host_path, "binary content (NUL byte) in a text file")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise HostFileError(host_path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        return _attr_text(host_path, self.read_bytes(host_path, max_bytes))
 
     def read_attr(self, host_path: str) -> str | None:
         """A sysfs-style one-value attribute, whitespace-stripped; ``None`` when it is absent.
@@ -508,6 +537,76 @@ class HostFS:
             if exc.missing:
                 return None
             raise
+
+    def read_attrs(self, directory: str, names: Iterable[str]) -> tuple[dict[str, str | None], dict[str, HostFileError]]:
+        """Several attributes of one directory, as :meth:`read_attr` reads each: ``(values,
+        failures)`` — name -> stripped text or ``None`` when absent, and name -> the
+        :class:`HostFileError` of each file that could not be read (one bad file never hides
+        the others).
+
+        Why: a device's ten attributes are most of a discovery pass, and each :meth:`read_attr`
+        pays its path handling again.  Here the directory's descriptor is looked up once and
+        each leaf is opened relative to it with ``O_NOFOLLOW`` and the same regular-file check;
+        a leaf that is a link, an odd name, another thread, a recorder or a subclass that
+        overrides the read methods takes :meth:`read_attr` per file, so every guarantee holds."""
+        values: dict[str, str | None] = {}
+        failures: dict[str, HostFileError] = {}
+        norm = self._normalise(directory)
+        base = "" if norm == "/" else norm
+        dirfd = None
+        if (self._recorder is None and "\x00" not in norm and type(self)._plain_reads
+                and self._owns_descriptors()):
+            try:
+                dirfd = self._dirfd(norm)
+            except (OSError, HostFileError):
+                dirfd = None  # read_attr per file says what is wrong, file by file
+        flags = _READ_FLAGS | os.O_NOFOLLOW if self._prefix else _READ_FLAGS
+        for name in names:
+            path = f"{base}/{name}"
+            if dirfd is None or not name or "/" in name or "\x00" in name or name in (".", ".."):
+                try:
+                    values[name] = self.read_attr(path)
+                except HostFileError as exc:
+                    failures[name] = exc
+                continue
+            try:
+                fd = os.open(name, flags, dir_fd=dirfd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # a link: resolved inside the root by the one-file path
+                    try:
+                        values[name] = self.read_attr(path)
+                    except HostFileError as error:
+                        failures[name] = error
+                elif exc.errno in _GONE_ERRNOS:
+                    values[name] = None
+                else:
+                    failures[name] = _oserror(path, exc)
+                continue
+            try:
+                # _read_open and _attr_text inline for the common case (a regular file that
+                # states its size, one read, plain text); anything else takes them as they are
+                status = os.fstat(fd)
+                if status.st_mode & _S_IFMT == _S_IFREG and status.st_size:
+                    data = os.read(fd, MAX_ATTR_BYTES)
+                    if len(data) < MAX_ATTR_BYTES:  # a short read is the end of a sized file
+                        if data.isascii() and b"\x00" not in data:
+                            values[name] = data.decode("ascii").strip()
+                        else:
+                            values[name] = _attr_text(path, data).strip()
+                        continue
+                    os.lseek(fd, 0, os.SEEK_SET)  # a file of MAX_ATTR_BYTES or more: read as read_bytes does
+                values[name] = _attr_text(path, _read_open(fd, path, MAX_ATTR_BYTES)).strip()
+            except HostFileError as exc:
+                failures[name] = exc
+            except OSError as exc:
+                error = _oserror(path, exc)
+                if error.missing:
+                    values[name] = None
+                else:
+                    failures[name] = error
+            finally:
+                os.close(fd)
+        return values, failures
 
     def _listing_fd(self, host_path: str) -> int:
         norm = self._normalise(host_path)

@@ -85,6 +85,25 @@ for _name, _kind in _TRACED.items():
         setattr(TracingHostFS, _name, _traced(_name, _kind))
 
 
+def _traced_read_attrs(self, directory, names):
+    """``read_attrs`` is one read per file named (it opens each relative to the directory)."""
+    names = list(names)
+    if self._depth == 0:
+        base = directory.rstrip("/")
+        self.ops.extend(("read", f"{base}/{name}", MAX_ATTR_BYTES) for name in names)
+    self._depth += 1
+    try:
+        return HostFS.read_attrs(self, directory, names)
+    finally:
+        self._depth -= 1
+
+
+TracingHostFS.read_attrs = _traced_read_attrs
+# the overrides above were set after the class was made: read_attrs must see them (one file at
+# a time through the traced read_bytes is what it does for any subclass that overrides a read)
+TracingHostFS._plain_reads = False
+
+
 def record(root: Path, config: DiscoveryConfig, sources: list[str] | None = None) -> list[tuple[str, str, int]]:
     host = TracingHostFS(root)
     discover(host, config, sources)

@@ -229,3 +229,61 @@ def test_a_link_is_never_opened_as_a_directory_relative_to_its_parent(tmp_path, 
     assert host.read_attr("/sys/bus/x/plain") == "p"  # opens /sys/bus/x
     assert host.read_attr("/sys/bus/x/dev/name") == "inside"
     assert host.listdir("/sys/bus/x/dev") == ["name"]
+
+
+def test_read_attrs_answers_as_read_attr_does_file_by_file(tmp_path, HostFS):
+    """The batched read keeps every check of the one-file read: links re-rooted (never followed
+    out of the root), FIFOs and directories refused, junk an error, absent files ``None``."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host\n")
+    root = tmp_path / "root"
+    dev = root / "sys/devices/d0"
+    dev.mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/secret").write_text("inside\n")
+    (dev / "vendor").write_text("0x8086\n")
+    (dev / "label").write_text("  caf\u00e9 \n")
+    (dev / "junk").write_bytes(b"\xff\xfe\x00\x01")
+    (dev / "empty").write_text("")
+    (dev / "big").write_bytes(b"y" * 100_000)
+    (dev / "subdir").mkdir()
+    os.mkfifo(dev / "fifo")
+    os.symlink("/etc/secret", dev / "absolute")  # re-rooted: /etc/secret under the root
+    os.symlink(str(outside / "secret"), dev / "escape")  # absolute: re-rooted, so missing
+    os.symlink("../../../../outside/secret", dev / "dotdot")  # ".." stops at the root
+    os.symlink("loop", dev / "loop")
+    names = ["vendor", "label", "junk", "empty", "big", "subdir", "fifo", "absolute", "escape",
+             "dotdot", "loop", "absent", "..", "", "a\x00b"]
+    values, failures = HostFS(root).read_attrs("/sys/devices/d0", names)
+    one_by_one = HostFS(root)
+    expected_values, expected_failures = {}, {}
+    for name in names:
+        try:
+            expected_values[name] = one_by_one.read_attr(f"/sys/devices/d0/{name}")
+        except HostFileError as exc:
+            expected_failures[name] = (exc.host_path, exc.reason, exc.missing)
+    assert values == expected_values
+    assert {name: (e.host_path, e.reason, e.missing) for name, e in failures.items()} == expected_failures
+    assert values["vendor"] == "0x8086" and values["label"] == "caf\u00e9"
+    assert values["absolute"] == "inside" and values["absent"] is None and values["empty"] == ""
+    assert values["escape"] is None and values["dotdot"] is None
+    assert len(values["big"]) == 65536
+    assert "not a regular file" in failures["fifo"].reason and "binary" in failures["junk"].reason
+    assert set(failures) >= {"fifo", "junk", "subdir", "loop"}
+    # a missing directory: every file absent, nothing raised
+    assert HostFS(root).read_attrs("/sys/devices/gone", ["vendor"]) == ({"vendor": None}, {})
+
+
+def test_read_attrs_goes_through_a_subclass_s_read_methods(tree):
+    """A seam that overrides a read (a recorder, a fault injector) sees every file of a batch."""
+    seen = []
+
+    class Watching(SeamHostFS):
+        def read_bytes(self, host_path, max_bytes=hostfs_module.MAX_ATTR_BYTES):
+            seen.append(host_path)
+            return super().read_bytes(host_path, max_bytes)
+
+    values, _ = Watching(tree).read_attrs("/sys/devices/pci0000:00/0000:00:02.0", ["vendor", "absent"])
+    assert values == {"vendor": "0x8086", "absent": None}
+    assert seen == ["/sys/devices/pci0000:00/0000:00:02.0/vendor", "/sys/devices/pci0000:00/0000:00:02.0/absent"]

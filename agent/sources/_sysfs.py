@@ -113,7 +113,15 @@ class AttributeReader:
         try:
             value = self.host.read_attr(path)
         except HostFileError as exc:
-            self.error(path, f"unreadable ({exc.reason}); {consequence}")
+            return self.required_value(path, None, exc, consequence)
+        return self.required_value(path, value, None, consequence)
+
+    def required_value(self, path: str, value: str | None, failure: HostFileError | None,
+                       consequence: str) -> str | None:
+        """:meth:`required`'s checks on a value already read (by :meth:`HostFS.read_attrs`):
+        ``failure`` is its read error, if any."""
+        if failure is not None:
+            self.error(path, f"unreadable ({failure.reason}); {consequence}")
             return None
         if value is None:
             gone = not self.host.is_dir(posixpath.dirname(path))
@@ -123,6 +131,11 @@ class AttributeReader:
             self.error(path, f"empty; {consequence}")
             return None
         return value
+
+    def read_attrs(self, directory: str, names: Iterable[str]) -> "PrefetchedAttrs":
+        """Several files of one directory read together (:meth:`HostFS.read_attrs`)."""
+        values, failures = self.host.read_attrs(directory, names)
+        return PrefetchedAttrs(self, values, failures)
 
     def link_name(self, path: str) -> str | None:
         """Basename of a symlink's target (``driver`` -> ``nvidia``), ``None`` if not a link."""
@@ -161,3 +174,20 @@ class AttributeReader:
             self.error(exc.host_path, f"unlistable: {exc.reason}")
             return []
 
+
+
+class PrefetchedAttrs:
+    """Files of one directory read in one go, handed out one by one as :meth:`AttributeReader.attr`
+    would (a read failure becomes an error when the value is asked for, in the caller's order)."""
+
+    def __init__(self, reader: AttributeReader, values: dict[str, str | None], failures: dict[str, HostFileError]):
+        self.reader = reader
+        self.values = values
+        self.failures = failures
+
+    def attr(self, name: str) -> str | None:
+        failure = self.failures.get(name)
+        if failure is not None:
+            self.reader.error(failure.host_path, f"unreadable: {failure.reason}")
+            return None
+        return self.values.get(name)

@@ -23,6 +23,7 @@ from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
     AttributeReader,
     MalformedId,
+    PrefetchedAttrs,
     canonical_label_fields,
     device_label,
     first_whitelisted,
@@ -50,6 +51,9 @@ class Config:
 
 #: mandatory file -> number of hex digits the kernel writes after ``0x``
 _MANDATORY = (("class", 6), ("vendor", 4), ("device", 4), ("subsystem_vendor", 4), ("subsystem_device", 4))
+_MANDATORY_NAMES = tuple(name for name, _ in _MANDATORY)
+#: optional files read with the mandatory ones when the device directory lists them
+_OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,13 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
         return None
     present = present or {}
 
+    # the mandatory files and the optional ones that are there, read together
+    files = reader.read_attrs(device_dir, [*_MANDATORY_NAMES, *(name for name in _OPTIONAL if name in present)])
     attrs: dict[str, str] = {}
     for name, digits in _MANDATORY:
         path = f"{device_dir}/{name}"
-        raw = reader.required(path, f"device {address} skipped")
+        raw = reader.required_value(path, files.values.get(name), files.failures.get(name),
+                                    f"device {address} skipped")
         if raw is None:
             return None
         try:
@@ -117,19 +124,20 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
     has_sriov_file = False
     totalvfs = None
     if "sriov_totalvfs" in present:
-        try:
-            totalvfs = host.read_attr(f"{device_dir}/sriov_totalvfs")
+        failure = files.failures.get("sriov_totalvfs")
+        if failure is not None:
+            has_sriov_file = True
+            reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {failure.reason}")
+        else:
+            totalvfs = files.values.get("sriov_totalvfs")
             has_sriov_file = totalvfs is not None
-        except HostFileError as exc:
-            totalvfs, has_sriov_file = None, True
-            reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {exc.reason}")
     if totalvfs:
         if is_decimal(totalvfs):
             attrs["sriov_totalvfs"] = totalvfs
         else:
             reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
     attrs.update(iommu_attributes(reader, device_dir, present))
-    attrs.update(extra_attributes(reader, device_dir, address, present))
+    attrs.update(extra_attributes(reader, device_dir, address, present, files))
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
 
 
@@ -164,12 +172,19 @@ def iommu_attributes(reader: AttributeReader, device_dir: str, present: Containe
 
 
 def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
-                     present: Container[str] | None = None) -> dict[str, str]:
-    """Our additions: what a device count or a driver-aware rule needs."""
+                     present: Container[str] | None = None,
+                     files: PrefetchedAttrs | None = None) -> dict[str, str]:
+    """Our additions: what a device count or a driver-aware rule needs.  ``files``: the
+    device's files already read (:meth:`AttributeReader.read_attrs`), else each is read here."""
     extra = {"address": address}
 
     def there(name: str) -> bool:
         return present is None or name in present
+
+    def read(name: str) -> str | None:
+        if files is not None:
+            return files.attr(name)
+        return reader.attr(f"{device_dir}/{name}") if there(name) else None
 
     driver = reader.link_name(f"{device_dir}/driver") if there("driver") else None
     if driver:
@@ -178,19 +193,19 @@ def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
     if physfn:
         extra["physfn"] = physfn
 
-    numa = reader.attr(f"{device_dir}/numa_node") if there("numa_node") else None
+    numa = read("numa_node")
     if numa is not None and numa != "-1":
         if is_decimal(numa):
             extra["numa_node"] = str(int(numa))
         else:
             reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
-    revision = reader.attr(f"{device_dir}/revision") if there("revision") else None
+    revision = read("revision")
     if revision is not None:
         try:
             extra["revision"] = hex_digits(revision, 2, prefixed=True)
         except MalformedId as exc:
             reader.error(f"{device_dir}/revision", str(exc))
-    numvfs = reader.attr(f"{device_dir}/sriov_numvfs") if there("sriov_numvfs") else None
+    numvfs = read("sriov_numvfs")
     if numvfs is not None:
         if is_decimal(numvfs):
             extra["sriov_numvfs"] = str(int(numvfs))

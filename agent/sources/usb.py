@@ -45,6 +45,8 @@ class Config:
     device_class_whitelist: tuple[str, ...] = nfd_option("deviceClassWhitelist", ("0e", "ef", "fe", "ff"))
     device_label_fields: tuple[str, ...] = nfd_option("deviceLabelFields", DEFAULT_LABEL_FIELDS)
 _EXTRA_FILES = ("busnum", "devnum", "devpath", "speed", "manufacturer", "product")
+#: optional files of a device directory, read only when its listing shows them
+_OPTIONAL_FILES = ("bDeviceClass", "serial", *_EXTRA_FILES)
 
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
@@ -78,14 +80,18 @@ def read_device(reader: AttributeReader, name: str, present: dict[str, bool] | N
     device_dir = reader.resolve(entry)
     if device_dir is None:
         return []
+    # the ID files and the optional ones the listing shows, read together
+    files = reader.read_attrs(entry, ["idVendor", "idProduct",
+                                      *(file for file in _OPTIONAL_FILES if file in present)])
     attrs: dict[str, str] = {}
     for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
         if attr == "class":
-            raw = reader.attr(f"{entry}/{file}") if file in present else None
+            raw = files.attr(file)
             if not raw:
                 continue  # NFD: no class attribute, so no class-00 expansion and no label
         else:
-            raw = reader.required(f"{entry}/{file}", f"USB device {name} skipped")
+            raw = reader.required_value(f"{entry}/{file}", files.values.get(file), files.failures.get(file),
+                                        f"USB device {name} skipped")
             if raw is None:
                 return []
         try:
@@ -93,12 +99,12 @@ def read_device(reader: AttributeReader, name: str, present: dict[str, bool] | N
         except MalformedId as exc:
             reader.error(f"{entry}/{file}", f"{exc}; USB device {name} skipped")
             return []
-    serial = reader.attr(f"{entry}/serial") if "serial" in present else None
+    serial = files.attr("serial")
     if serial:
         attrs["serial"] = serial
     attrs["sysfs_name"] = name
     for file in _EXTRA_FILES:
-        value = reader.attr(f"{entry}/{file}") if file in present else None
+        value = files.attr(file)
         if value:
             attrs[file] = value
 
