@@ -561,51 +561,52 @@ class HostFS:
             except (OSError, HostFileError):
                 dirfd = None  # read_attr per file says what is wrong, file by file
         flags = _READ_FLAGS | os.O_NOFOLLOW if self._prefix else _READ_FLAGS
+        open_, fstat, read, close = os.open, os.fstat, os.read, os.close  # the loop's calls, bound once
         for name in names:
-            path = f"{base}/{name}"
-            if dirfd is None or not name or "/" in name or "\x00" in name or name in (".", ".."):
+            if dirfd is None or not name or "/" in name or "\x00" in name or name == "." or name == "..":
                 try:
-                    values[name] = self.read_attr(path)
+                    values[name] = self.read_attr(f"{base}/{name}")
                 except HostFileError as exc:
                     failures[name] = exc
                 continue
             try:
-                fd = os.open(name, flags, dir_fd=dirfd)
+                fd = open_(name, flags, dir_fd=dirfd)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:  # a link: resolved inside the root by the one-file path
                     try:
-                        values[name] = self.read_attr(path)
+                        values[name] = self.read_attr(f"{base}/{name}")
                     except HostFileError as error:
                         failures[name] = error
                 elif exc.errno in _GONE_ERRNOS:
                     values[name] = None
                 else:
-                    failures[name] = _oserror(path, exc)
+                    failures[name] = _oserror(f"{base}/{name}", exc)
                 continue
             try:
                 # _read_open and _attr_text inline for the common case (a regular file that
                 # states its size, one read, plain text); anything else takes them as they are
-                status = os.fstat(fd)
+                status = fstat(fd)
                 if status.st_mode & _S_IFMT == _S_IFREG and status.st_size:
-                    data = os.read(fd, MAX_ATTR_BYTES)
+                    data = read(fd, MAX_ATTR_BYTES)
                     if len(data) < MAX_ATTR_BYTES:  # a short read is the end of a sized file
                         if data.isascii() and b"\x00" not in data:
                             values[name] = data.decode("ascii").strip()
                         else:
-                            values[name] = _attr_text(path, data).strip()
+                            values[name] = _attr_text(f"{base}/{name}", data).strip()
                         continue
                     os.lseek(fd, 0, os.SEEK_SET)  # a file of MAX_ATTR_BYTES or more: read as read_bytes does
+                path = f"{base}/{name}"
                 values[name] = _attr_text(path, _read_open(fd, path, MAX_ATTR_BYTES)).strip()
             except HostFileError as exc:
                 failures[name] = exc
             except OSError as exc:
-                error = _oserror(path, exc)
+                error = _oserror(f"{base}/{name}", exc)
                 if error.missing:
                     values[name] = None
                 else:
                     failures[name] = error
             finally:
-                os.close(fd)
+                close(fd)
         return values, failures
 
     def _listing_fd(self, host_path: str) -> int:
