@@ -177,11 +177,13 @@ class HostFS:
     #: whether this class reads files with HostFS's own read methods (a subclass that overrides
     #: one sees every file through it: :meth:`read_attrs` then reads one file at a time)
     _plain_reads = True
+    _plain_links = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._plain_reads = all(getattr(cls, name) is getattr(HostFS, name)
                                for name in ("read_bytes", "read_text", "read_attr"))
+        cls._plain_links = all(getattr(cls, name) is getattr(HostFS, name) for name in ("readlink", "link_name"))
 
     def __init__(self, root: str | os.PathLike[str] = "/", recorder: Callable[[str], None] | None = None,
                  *, kernel_resolve: bool | None = None):
@@ -608,6 +610,32 @@ class HostFS:
             finally:
                 close(fd)
         return values, failures
+
+    def link_names(self, directory: str, names: Iterable[str]) -> dict[str, str | None]:
+        """:meth:`link_name` of several entries of one directory (``driver``, ``iommu_group``...):
+        name -> basename of the link's target, ``None`` when the entry is no link or absent.
+        One directory lookup for all; ``readlinkat`` never follows the leaf it reads."""
+        norm = self._normalise(directory)
+        base = "" if norm == "/" else norm
+        dirfd = None
+        if self._recorder is None and "\x00" not in norm and type(self)._plain_links and self._owns_descriptors():
+            try:
+                dirfd = self._dirfd(norm)
+            except (OSError, HostFileError):
+                dirfd = None
+        found: dict[str, str | None] = {}
+        readlink = os.readlink
+        for name in names:
+            if dirfd is None or not name or "/" in name or "\x00" in name or name == "." or name == "..":
+                found[name] = self.link_name(f"{base}/{name}")
+                continue
+            try:
+                target = readlink(name, dir_fd=dirfd)
+            except OSError:
+                found[name] = None
+                continue
+            found[name] = target.rstrip("/").rpartition("/")[2] if target else None
+        return found
 
     def _listing_fd(self, host_path: str) -> int:
         norm = self._normalise(host_path)

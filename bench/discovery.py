@@ -98,7 +98,22 @@ def _traced_read_attrs(self, directory, names):
         self._depth -= 1
 
 
+def _traced_link_names(self, directory, names):
+    """``link_names`` is one readlink per entry named."""
+    names = list(names)
+    if self._depth == 0:
+        base = directory.rstrip("/")
+        self.ops.extend(("readlink", f"{base}/{name}", 0) for name in names)
+    self._depth += 1
+    try:
+        return HostFS.link_names(self, directory, names)
+    finally:
+        self._depth -= 1
+
+
 TracingHostFS.read_attrs = _traced_read_attrs
+TracingHostFS.link_names = _traced_link_names
+TracingHostFS._plain_links = False
 # the overrides above were set after the class was made: read_attrs must see them (one file at
 # a time through the traced read_bytes is what it does for any subclass that overrides a read)
 TracingHostFS._plain_reads = False

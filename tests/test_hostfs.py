@@ -287,3 +287,16 @@ def test_read_attrs_goes_through_a_subclass_s_read_methods(tree):
     values, _ = Watching(tree).read_attrs("/sys/devices/pci0000:00/0000:00:02.0", ["vendor", "absent"])
     assert values == {"vendor": "0x8086", "absent": None}
     assert seen == ["/sys/devices/pci0000:00/0000:00:02.0/vendor", "/sys/devices/pci0000:00/0000:00:02.0/absent"]
+
+
+def test_link_names_answer_as_link_name_does_entry_by_entry(tree, HostFS):
+    device = "/sys/devices/pci0000:00/0000:00:02.0"
+    os.symlink("/", tree / "sys/devices/pci0000:00/0000:00:02.0/to_root")
+    names = ["driver", "vendor", "absent", "to_root", "..", "", "a\x00b"]
+    found = HostFS(tree).link_names(device, names)
+    one_by_one = HostFS(tree)
+    assert found == {name: one_by_one.link_name(f"{device}/{name}") for name in names}
+    assert found["driver"] == "i915" and found["vendor"] is None and found["absent"] is None
+    # through a directory that is itself a link (re-rooted inside the root)
+    assert HostFS(tree).link_names("/sys/bus/pci/devices/absolute", ["driver"]) == {"driver": "i915"}
+    assert HostFS(tree).link_names("/sys/no/such", ["driver"]) == {"driver": None}

@@ -15,7 +15,7 @@ a device directory holds can stop the scan.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Container
+from typing import Container, Mapping
 
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
@@ -54,6 +54,8 @@ _MANDATORY = (("class", 6), ("vendor", 4), ("device", 4), ("subsystem_vendor", 4
 _MANDATORY_NAMES = tuple(name for name, _ in _MANDATORY)
 #: optional files read with the mandatory ones when the device directory lists them
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
+#: links of a device directory the source reads the target names of
+_LINKS = ("iommu_group", "iommu", "driver", "physfn")
 
 
 @dataclass(frozen=True)
@@ -136,21 +138,29 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
             attrs["sriov_totalvfs"] = totalvfs
         else:
             reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
-    attrs.update(iommu_attributes(reader, device_dir, present))
-    attrs.update(extra_attributes(reader, device_dir, address, present, files))
+    # the links a function may have, read together (no link, or none there: None)
+    links = host.link_names(device_dir, [name for name in _LINKS if name in present])
+    attrs.update(iommu_attributes(reader, device_dir, present, links))
+    attrs.update(extra_attributes(reader, device_dir, address, present, files, links))
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
 
 
-def iommu_attributes(reader: AttributeReader, device_dir: str, present: Container[str] | None = None) -> dict[str, str]:
+def iommu_attributes(reader: AttributeReader, device_dir: str, present: Container[str] | None = None,
+                     links: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version`` (plus our group
     number).  On a real host both are links and are checked first, so the common no-IOMMU
     case costs no failed reads; when they are not links the files are read through the
     path as NFD does (``readSinglePciAttribute``), which covers a tree where they are plain
     directories, as in NFD's own ``testdata/source/pci``.  ``present``: the device directory's
-    entries, when the caller listed it (absent entries are not tried)."""
+    entries, when the caller listed it (absent entries are not tried); ``links``: its links'
+    target names, when the caller read them (:meth:`HostFS.link_names`)."""
     attrs: dict[str, str] = {}
+
+    def link(name: str) -> str | None:
+        return links.get(name) if links is not None else reader.link_name(f"{device_dir}/{name}")
+
     has_group = present is None or "iommu_group" in present
-    group = reader.link_name(f"{device_dir}/iommu_group") if has_group else None
+    group = link("iommu_group") if has_group else None
     if group and group.isdigit():
         # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
         # spares following the link through the whole device path again
@@ -164,7 +174,7 @@ def iommu_attributes(reader: AttributeReader, device_dir: str, present: Containe
     # a device has an ``iommu`` only with an ``iommu_group``: no group, no second read
     if present is not None and "iommu" not in present:
         return attrs
-    if reader.link_name(f"{device_dir}/iommu") or (group_type and not group):
+    if link("iommu") or (group_type and not group):
         version = reader.attr(f"{device_dir}/iommu/intel-iommu/version")
         if version:
             attrs["iommu/intel-iommu/version"] = version
@@ -173,7 +183,8 @@ def iommu_attributes(reader: AttributeReader, device_dir: str, present: Containe
 
 def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
                      present: Container[str] | None = None,
-                     files: PrefetchedAttrs | None = None) -> dict[str, str]:
+                     files: PrefetchedAttrs | None = None,
+                     links: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """Our additions: what a device count or a driver-aware rule needs.  ``files``: the
     device's files already read (:meth:`AttributeReader.read_attrs`), else each is read here."""
     extra = {"address": address}
@@ -186,10 +197,15 @@ def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
             return files.attr(name)
         return reader.attr(f"{device_dir}/{name}") if there(name) else None
 
-    driver = reader.link_name(f"{device_dir}/driver") if there("driver") else None
+    def link(name: str) -> str | None:
+        if links is not None:
+            return links.get(name)
+        return reader.link_name(f"{device_dir}/{name}") if there(name) else None
+
+    driver = link("driver")
     if driver:
         extra["driver"] = driver
-    physfn = reader.link_name(f"{device_dir}/physfn") if there("physfn") else None
+    physfn = link("physfn")
     if physfn:
         extra["physfn"] = physfn
 
