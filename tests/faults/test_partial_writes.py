@@ -115,7 +115,9 @@ def test_retry_after_of_a_throttled_second_write_is_honoured(server, ledger, mak
     h = make_harness(retries=1).start()
     h.unplug()
     h.wait_converged(what="unplugged")
-    server.faults.throttle(retry_after=4, verb="PATCH", path=f"/nodes/{NODE}/status")
+    # throttled until checked: the plug's uevent burst may settle as two passes, and the
+    # second one's status PATCH must not complete the Node before the assertion looks
+    server.faults.throttle(retry_after=4, count=1000, verb="PATCH", path=f"/nodes/{NODE}/status")
     h.plug()
     _wait_partial(h, f"add extended resource {EDGETPU_RESOURCE}")
     waiting = h.agent.retry_in()
@@ -124,6 +126,7 @@ def test_retry_after_of_a_throttled_second_write_is_honoured(server, ledger, mak
     # see the half-written Node seconds after the 429 went out
     throttled = [r.at for r in server.requests if r.status == 429 and r.path.endswith("/status")]
     assert throttled and time.monotonic() + waiting - throttled[-1] > 2.0, (waiting, throttled)
+    server.faults.clear()
     h.wait_converged(what="capacity written after Retry-After")
     _wait_whole(h)
     ledger.assert_clean()
