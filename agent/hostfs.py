@@ -395,6 +395,10 @@ class HostFS:
             fd = os.open(directory, _DIR_FLAGS)
         elif directory == "/":
             fd = os.open(self._prefix, _DIR_FLAGS)
+        elif self._kernel_resolve and (directory.rpartition("/")[0] or "/") not in self._dirfds:
+            # parent not open either (cpuN/topology below the link cpuN): one confined openat2
+            # for the whole path instead of opening, failing and resolving each level in turn
+            fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
         else:
             fd = self._child_dirfd(directory)
             if fd >= 0:
