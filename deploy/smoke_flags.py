@@ -32,11 +32,25 @@ def daemonset(manifest_text: str) -> dict[str, Any]:
     return ds
 
 
+def render_configmap(manifest_text: str, name: str, directory: str) -> str:
+    """Write ConfigMap ``name``'s data from the manifest into ``directory`` (one file a key,
+    as kubelet projects a ConfigMap volume without ``items``) and return the directory."""
+    (configmap,) = [d for d in yaml.safe_load_all(manifest_text)
+                    if d and d.get("kind") == "ConfigMap" and d["metadata"]["name"] == name]
+    os.makedirs(directory, exist_ok=True)
+    for key, value in (configmap.get("data") or {}).items():
+        with open(os.path.join(directory, key), "w", encoding="utf-8") as out:
+            out.write(value)
+    return directory
+
+
 def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_root: str = "/",
                pod_name: str = "smoke", namespace: str = "node-feature-agent",
-               drop_missing_files: bool = False) -> DockerRun:
+               drop_missing_files: bool = False, configmap_root: str | None = None) -> DockerRun:
     """``docker run`` flags equivalent to the DaemonSet's pod on this host (``host_root`` is
-    where the host's ``/`` is seen; ``catalogue_dir`` stands in for the catalogue ConfigMap).
+    where the host's ``/`` is seen; ``catalogue_dir`` stands in for the catalogue ConfigMap,
+    the one mounted where ``--rules`` points; any other ConfigMap is rendered from the manifest
+    under ``configmap_root``).
     A ``type: File``/``Directory`` hostPath missing here is a ``ManifestError`` (kubelet would
     not start the pod), unless ``drop_missing_files``: then it is left out, with a note, as an
     operator would remove that mount for such nodes."""
@@ -93,7 +107,13 @@ def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_r
             size = volume["emptyDir"].get("sizeLimit", "16Mi").replace("Mi", "m")
             flags += ["--tmpfs", f"{target}:size={size}"]
         elif "configMap" in volume:
-            flags += ["--mount", f"type=bind,source={catalogue_dir},target={target},readonly"]
+            source = catalogue_dir
+            if not any(arg == f"--rules={target}" for arg in container.get("args") or ()):
+                if configmap_root is None:
+                    raise ManifestError(f"volume {mount['name']}: a ConfigMap other than the catalogue needs configmap_root")
+                name = volume["configMap"]["name"]
+                source = render_configmap(manifest_text, name, os.path.join(configmap_root, name))
+            flags += ["--mount", f"type=bind,source={source},target={target},readonly"]
         else:
             raise ManifestError(f"volume {mount['name']}: no docker equivalent in the smoke run")
     env = {"spec.nodeName": node_name, "metadata.name": pod_name, "metadata.namespace": namespace}

@@ -209,12 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         build_image(tmp, base)
         manifest = (REPO / "daemonset.yaml").read_text()
         try:
-            run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"))
+            run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), configmap_root=str(tmp / "configmaps"))
             check(True, "every typed hostPath of the manifest exists here (kubelet would start the pod)")
         except ManifestError as err:
             # not a failure of the image: the manifest needs adapting for such nodes (documented)
             print(f"WARN  the pod as shipped would not start on this host: {err}")
-            run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), drop_missing_files=True)
+            run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), drop_missing_files=True,
+                             configmap_root=str(tmp / "configmaps"))
         print("      docker run " + " ".join(run.flags) + f" {IMAGE} " + " ".join(run.args))
         for note in run.notes:
             print(f"      note: {note}")

@@ -5,6 +5,7 @@ not in CI; this checks the translation it relies on)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 import pytest
@@ -36,7 +37,8 @@ def fake_host(tmp_path):
 
 
 def test_flags_follow_the_manifest(tmp_path):
-    run = smoke_flags.docker_run(MANIFEST, node_name="n1", catalogue_dir="/cat", host_root=str(fake_host(tmp_path)))
+    run = smoke_flags.docker_run(MANIFEST, node_name="n1", catalogue_dir="/cat", host_root=str(fake_host(tmp_path)),
+                                 configmap_root=str(tmp_path / "cm"))
     flags = list(run.flags)
     ctx = CONTAINER["securityContext"]
     assert run.user == f"{ctx['runAsUser']}:{ctx['runAsGroup']}" == flags[flags.index("--user") + 1]
@@ -50,14 +52,28 @@ def test_flags_follow_the_manifest(tmp_path):
             assert want in mounts
     assert not any(m.startswith(f"type=bind,source={tmp_path}/proc,") for m in mounts)
     assert run.args == tuple(CONTAINER["args"]) and "-e" in flags and "NODE_NAME=n1" in flags
+    # every ConfigMap volume is there: the catalogue where --rules points, any other rendered
+    # from the manifest's data (a missing --config file made `run` exit 2 in the smoke run)
+    for mount in CONTAINER["volumeMounts"]:
+        volume = next(v for v in POD["volumes"] if v["name"] == mount["name"])
+        if "configMap" in volume:
+            (bound,) = [m for m in mounts if m.endswith(f",target={mount['mountPath']},readonly")]
+            source = bound.split("source=", 1)[1].split(",", 1)[0]
+            for arg in CONTAINER["args"]:
+                if arg.startswith("--config="):
+                    wanted = arg.split("=", 1)[1]
+                    if wanted.startswith(mount["mountPath"] + "/"):
+                        assert os.path.isfile(os.path.join(source, wanted[len(mount["mountPath"]) + 1:])), wanted
 
 
 def test_a_missing_typed_file_would_stop_the_kubelet(tmp_path):
     host = fake_host(tmp_path)
     (host / "proc/modules").unlink()
     with pytest.raises(smoke_flags.ManifestError, match="/proc/modules"):
-        smoke_flags.docker_run(MANIFEST, node_name="n", catalogue_dir="/c", host_root=str(host))
-    run = smoke_flags.docker_run(MANIFEST, node_name="n", catalogue_dir="/c", host_root=str(host), drop_missing_files=True)
+        smoke_flags.docker_run(MANIFEST, node_name="n", catalogue_dir="/c", host_root=str(host),
+                               configmap_root=str(tmp_path / "cm"))
+    run = smoke_flags.docker_run(MANIFEST, node_name="n", catalogue_dir="/c", host_root=str(host), drop_missing_files=True,
+                                 configmap_root=str(tmp_path / "cm"))
     assert any("/proc/modules" in n for n in run.notes)
     assert not any("proc/modules" in f for f in run.flags)
 
