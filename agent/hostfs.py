@@ -31,7 +31,7 @@ import sys
 import threading
 from threading import get_ident as _get_ident
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 MAX_ATTR_BYTES = 64 * 1024
 """Largest file the seam reads in one go; sysfs attributes are at most a page."""
@@ -50,6 +50,8 @@ _O_PATH = getattr(os, "O_PATH", 0)
 _S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, stat.S_IFREG, stat.S_IFDIR
 _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+T = TypeVar("T")  # what a directory listing is read into (HostFS._list)
 #: open directory descriptors kept per pass; sources read one directory's files together, so a
 #: small FIFO keeps nearly every hit while staying far below any RLIMIT_NOFILE
 _MAX_DIR_FDS = 128
@@ -654,37 +656,33 @@ class HostFS:
 
         Other errors (EACCES, not a directory) raise :class:`HostFileError`.
         """
-        self._record(host_path)
-        try:
-            fd = self._listing_fd(host_path)
-            try:
-                return sorted(os.listdir(fd))
-            finally:
-                os.close(fd)
-        except HostFileError:
-            raise
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENODEV):
-                return []
-            raise HostFileError(host_path, exc.strerror or type(exc).__name__) from exc
+        return self._list(host_path, lambda fd: sorted(os.listdir(fd)), [])
 
     def entries(self, host_path: str) -> dict[str, bool]:
         """Entry name -> whether it is a symlink, from one listing (``d_type``, no stat per entry);
         ``{}`` when the directory does not exist.  Lets a source decide which optional files to
         read from what is there instead of paying a failed open for each absent one."""
+        def scan(fd: int) -> dict[str, bool]:
+            with os.scandir(fd) as found:
+                return {entry.name: entry.is_symlink() for entry in found}
+
+        return self._list(host_path, scan, {})
+
+    def _list(self, host_path: str, read: Callable[[int], T], absent: T) -> T:
+        """``read`` the open directory ``host_path``; ``absent`` when it does not exist, any
+        other failure a :class:`HostFileError` (the one error policy of listdir and entries)."""
         self._record(host_path)
         try:
             fd = self._listing_fd(host_path)
             try:
-                with os.scandir(fd) as scan:
-                    return {entry.name: entry.is_symlink() for entry in scan}
+                return read(fd)
             finally:
                 os.close(fd)
         except HostFileError:
             raise
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENODEV):
-                return {}
+                return absent
             raise HostFileError(host_path, exc.strerror or type(exc).__name__) from exc
 
     def glob(self, host_pattern: str) -> list[str]:

@@ -102,19 +102,16 @@ class RecordingHostFS(HostFS):
             raise
 
     def listdir(self, host_path: str) -> list[str]:
-        norm = _normalise(host_path)
-        try:
-            entries = super().listdir(host_path)
-        except HostFileError as exc:
-            self.failures[norm] = f"unlistable: {exc.reason}"
-            raise
-        self.listed.add(norm)
-        return entries
+        return self._recorded_listing(host_path, super().listdir)
 
     def entries(self, host_path: str) -> dict[str, bool]:
+        return self._recorded_listing(host_path, super().entries)
+
+    def _recorded_listing(self, host_path: str, list_dir):
+        """Note a listed directory (replayed as listed) or why it could not be listed."""
         norm = _normalise(host_path)
         try:
-            found = super().entries(host_path)
+            found = list_dir(host_path)
         except HostFileError as exc:
             self.failures[norm] = f"unlistable: {exc.reason}"
             raise
