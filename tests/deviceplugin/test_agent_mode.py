@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import tempfile
 
 import pytest
 
@@ -62,20 +61,6 @@ def server():
     with FakeApiServer(bookmark_interval=0.5) as srv:
         srv.add_node(NODE)
         yield srv
-
-
-@pytest.fixture
-def socket_dir():
-    path = tempfile.mkdtemp(prefix="dp-", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def kubelet(socket_dir):
-    standin = KubeletStandIn(socket_dir).start()
-    yield standin
-    standin.stop()
 
 
 def capacity(server):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 
 import grpc
@@ -24,20 +22,6 @@ def usb_tpu(device_id="usb-0000:00:14.0-2-2", node="/dev/bus/usb/002/003", why="
 
 def pcie_tpu():
     return PluginDevice("pci-0000:01:00.0", (DeviceNode("/dev/apex_0", "/dev/apex_0", "rw"),), numa_node=0)
-
-
-@pytest.fixture
-def socket_dir():
-    path = tempfile.mkdtemp(prefix="dp-", dir="/tmp")  # unix socket paths must stay under 108 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def kubelet(socket_dir):
-    standin = KubeletStandIn(socket_dir).start()
-    yield standin
-    standin.stop()
 
 
 @pytest.fixture
