@@ -32,6 +32,7 @@ from tests.support.apiserver import FakeApiServer
 DAEMONSET = REPO / "daemonset.yaml"
 CHART_POLICY = REPO / "deploy/helm/node-feature-agent/templates/validatingadmissionpolicy.yaml"
 AGENT_USER = "system:serviceaccount:node-feature-agent:node-feature-agent"
+RESOURCES_RECORD = "node-feature-agent.io/owned-extended-resources"
 
 
 def _policy_from(text: str) -> dict:
@@ -57,10 +58,11 @@ class Admission:
         self.validations = [(_program(v["expression"]), v.get("message") or v.get("messageExpression"))
                             for v in spec["validations"]]
 
-    def review(self, old: dict, new: dict, *, user: str = AGENT_USER, node_claim: str | None = NODE) -> list[str]:
+    def review(self, old: dict, new: dict, *, user: str = AGENT_USER, node_claim: str | None = NODE,
+               subresource: str = "") -> list[str]:
         """Messages of the validations that fail; [] = admitted (or not matched)."""
         extra = {"authentication.kubernetes.io/node-name": [node_claim]} if node_claim else {}
-        request = {"operation": "UPDATE", "userInfo": {"username": user, "extra": extra}}
+        request = {"operation": "UPDATE", "subResource": subresource, "userInfo": {"username": user, "extra": extra}}
         activation: dict[str, Any] = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(new),
                                       "oldObject": celpy.json_to_cel(old)}
         if not all(bool(c.evaluate(activation)) for c in self.conditions):
@@ -129,6 +131,25 @@ def test_every_write_the_real_agent_makes_is_admitted():
         kinds |= {"capacity"} if old["status"].get("capacity") != new["status"].get("capacity") else set()
         assert ADMISSION.review(old, new) == [], f"rv {new['metadata']['resourceVersion']}"
     assert kinds == {"labels", "annotations", "taints", "capacity"}  # the run exercised every kind
+    # the unplug's /status write removes the resource and trims the ownership record in one patch
+    assert any(old["status"].get("capacity") != new["status"].get("capacity")
+               and old["metadata"]["annotations"].get(RESOURCES_RECORD) != new["metadata"]["annotations"].get(RESOURCES_RECORD)
+               for old, new in AGENT_WRITES)
+
+
+def test_the_policy_judges_metadata_on_the_status_subresource_too():
+    """/status applies metadata (kubernetes-api.md 2.1), so ``nodes/status`` patch alone could
+    edit any label: the policy matches ``nodes/status`` with the same rules. Admitted: our
+    record trimmed with the resource it names; denied: kubelet's annotation or label."""
+    assert "nodes/status" in POLICY["spec"]["matchConstraints"]["resourceRules"][0]["resources"]
+    old, new = _edit(lambda n: (n["status"]["capacity"].pop("node-feature-agent.io/edgetpu"),
+                                n["status"]["allocatable"].pop("node-feature-agent.io/edgetpu"),
+                                n["metadata"]["annotations"].pop(RESOURCES_RECORD)))
+    assert ADMISSION.review(old, new, subresource="status") == []
+    for name in ("change kubelet's annotation", "change kubernetes.io/hostname", "add a node-restriction label"):
+        fn, word = DENIED[name]
+        failed = ADMISSION.review(*_edit(fn), subresource="status")
+        assert any(word in m for m in failed), (name, failed)
 
 
 def _edit(fn: Callable[[dict], None]) -> tuple[dict, dict]:

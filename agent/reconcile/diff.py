@@ -7,8 +7,11 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   a different value there, that is a ``Clash``. If it already has the value we want, it is left
   alone and stays *not ours* (so we never remove it later).
 * Removal of a label/annotation/taint and its removal from the record happen in the same merge
-  patch (atomic). A resource stays in the record until a live read confirms it is gone from both
-  capacity and allocatable; a resource we add is recorded before (never after) it is written.
+  patch (atomic). A resource leaves the record in the same ``/status`` JSON patch that removes
+  it from capacity and allocatable (the status strategy resets only ``spec``, so metadata
+  changes ride along: kubernetes-api.md 2.1, ``pkg/registry/core/node/strategy.go``), so the
+  removal and the record trim are atomic too; a resource we add is recorded before (never
+  after) it is written.
 * ``skip`` names items the API server rejected (422): they are left exactly as they are.
 * Desired items Kubernetes would reject are refused here (reported, not sent).
 """
@@ -130,11 +133,13 @@ def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple
 
 
 def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef]
-               ) -> tuple[list[dict[str, Any]], set[str], list[Change], list[Clash], bool]:
-    """JSON-patch ops on capacity+allocatable, the new record, changes, clashes, record grows."""
+               ) -> tuple[list[dict[str, Any]], set[str], set[str], list[Change], list[Clash], bool]:
+    """JSON-patch ops on capacity+allocatable, the record until the status write, the names
+    that write removes, changes, clashes, record grows."""
     capacity, allocatable = dict(live.capacity or {}), dict(live.allocatable or {})
     ops: list[dict[str, Any]] = []
     record: set[str] = set()
+    removed: set[str] = set()
     changes: list[Change] = []
     clashes: list[Clash] = []
     grows = False
@@ -177,7 +182,8 @@ def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], s
             if name in values:  # remove of a missing path is a 422: only remove what is there
                 ops.append({"op": "remove", "path": f"/status/{section}/{escape_pointer(name)}"})
         if name in capacity or name in allocatable:
-            record.add(name)  # dropped from the record only once a read confirms it is gone
+            record.add(name)  # leaves the record in the status write that removes it (_status_record)
+            removed.add(name)
             changes.append(Change("resource", "remove", name, str(capacity.get(name, allocatable.get(name)))))
     if parents_needed:
         prefix = [] if live.has_status else [{"op": "add", "path": "/status", "value": {}}]
@@ -186,7 +192,21 @@ def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], s
         if live.allocatable is None:
             prefix.append({"op": "add", "path": "/status/allocatable", "value": {}})
         ops = prefix + ops
-    return ops, record, changes, clashes, grows
+    return ops, record, removed, changes, clashes, grows
+
+
+def _status_record(live: LiveNode, value: str | None) -> list[dict[str, Any]]:
+    """JSON-patch ops setting the resources record to ``value`` (None: no annotation) inside
+    the ``/status`` patch, so a resource and its record entry go in one atomic write."""
+    name = ANNOTATION_OWNED_RESOURCES
+    if live.annotations.get(name) == value:
+        return []
+    path = f"/metadata/annotations/{escape_pointer(name)}"
+    if value is None:
+        return [{"op": "remove", "path": path}]
+    if not live.annotations:  # an empty map is omitted by the server: the parent may be missing
+        return [{"op": "add", "path": "/metadata/annotations", "value": {name: value}}]
+    return [{"op": "add", "path": path, "value": value}]
 
 
 def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], want: Mapping[tuple[str, str], Taint],
@@ -247,7 +267,7 @@ def plan_node_changes(
 
     label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label")
     ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip, "annotation")
-    ops, res_record, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip)
+    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip)
     new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, skip, remove_foreign_taints)
 
     records = {
@@ -261,6 +281,15 @@ def plan_node_changes(
         if live.annotations.get(name) != value:
             ann_patch[name] = value
             record_changes.append(Change("record", "change", name, live.annotations.get(name), value))
+
+    if ops and not grows:  # the record after the status write: without what that write removes
+        # (a growing record goes first in the metadata patch; the next plan carries the trim)
+        trimmed = format_record(res_record - res_removed)
+        trim_ops = _status_record(live, trimmed)
+        ops = ops + trim_ops
+        if trim_ops:
+            res_changes = res_changes + [Change("record", "change", ANNOTATION_OWNED_RESOURCES,
+                                                live.annotations.get(ANNOTATION_OWNED_RESOURCES), trimmed)]
 
     metadata: dict[str, Any] = {}
     body: dict[str, Any] = {}

@@ -130,7 +130,8 @@ class NodePlan:
 
     ``metadata_patch``: JSON merge patch for the main resource (labels, annotations incl. the
     ownership record, and ``spec.taints`` + ``metadata.resourceVersion`` when taints change).
-    ``status_ops``: JSON patch for ``/status`` (capacity and allocatable of our resources).
+    ``status_ops``: JSON patch for ``/status`` (capacity and allocatable of our resources, and
+    the resources record without what it removes: metadata changes apply on ``/status``).
     ``status_first``: the status write may go first (it only restores or removes resources the
     record already lists); otherwise the record must grow first so a crash in between never
     leaves an unrecorded resource of ours behind.

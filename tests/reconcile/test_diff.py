@@ -14,6 +14,7 @@ from agent.desired import (
 )
 from agent.reconcile.diff import escape_pointer, plan_node_changes
 from agent.reconcile.model import LiveNode, NodePlan
+from agent.reconcile.ownership import Ownership
 from tests.reconcile.nodes import apply_json, apply_merge, node
 
 EDGETPU = "accelerators/edgetpu"
@@ -149,22 +150,65 @@ def test_capacity_zeroed_by_kubelet_is_restored_in_one_status_write():
     assert "restored extended resource google.com/edgetpu to 2" in str(plan.changes[0])
 
 
-def test_removed_resource_stays_recorded_until_confirmed_gone():
+RECORD_POINTER = "/metadata/annotations/" + escape_pointer(ANNOTATION_OWNED_RESOURCES)
+
+
+def test_removed_resource_leaves_the_record_in_the_status_write_that_removes_it():
     obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "example.com/a,example.com/b"},
                capacity={"example.com/a": "1"}, allocatable={"example.com/a": "1"})
     plan = diff(obj, DesiredNodeState())
-    # b is already gone: dropped from the record; a is removed first, its record entry stays
+    # b is already gone, a goes now: capacity, allocatable and the record in one atomic JSON patch
+    # (the status strategy resets only spec, so /status applies metadata: kubernetes-api.md 2.1)
     assert plan.status_first
     assert plan.status_ops == ({"op": "remove", "path": "/status/capacity/example.com~1a"},
-                               {"op": "remove", "path": "/status/allocatable/example.com~1a"})
-    assert plan.metadata_patch == {"metadata": {"annotations": {ANNOTATION_OWNED_RESOURCES: "example.com/a"}}}
+                               {"op": "remove", "path": "/status/allocatable/example.com~1a"},
+                               {"op": "remove", "path": RECORD_POINTER})
     obj, writes = converge(obj, DesiredNodeState())
-    assert writes == 2 and ANNOTATION_OWNED_RESOURCES not in obj["metadata"]["annotations"]
+    assert writes == 1 and ANNOTATION_OWNED_RESOURCES not in obj["metadata"]["annotations"]
 
 
 def test_removal_only_of_keys_present():
     obj = node(annotations={ANNOTATION_OWNED_RESOURCES: "example.com/a"}, capacity={"example.com/a": "1"}, allocatable={})
-    assert diff(obj, DesiredNodeState()).status_ops == ({"op": "remove", "path": "/status/capacity/example.com~1a"},)
+    assert diff(obj, DesiredNodeState()).status_ops == ({"op": "remove", "path": "/status/capacity/example.com~1a"},
+                                                        {"op": "remove", "path": RECORD_POINTER})
+
+
+def test_a_resource_swap_is_two_writes_record_widened_first_trimmed_with_the_removal():
+    """One extended resource for another (a Coral over USB replaced by one over PCIe): the
+    record grows to old+new in the label write, then one status write adds the new resource,
+    removes the old one and trims the record to the new one. At no point is a resource of
+    ours on the Node without its record entry."""
+    old, new = "node-feature-agent.io/edgetpu-usb", "node-feature-agent.io/edgetpu-pcie"
+    obj = node({EDGETPU: "true"}, {ANNOTATION_OWNED_LABELS: EDGETPU, ANNOTATION_OWNED_RESOURCES: old},
+               capacity={"cpu": "4", old: "1"}, allocatable={"cpu": "4", old: "1"})
+    want = DesiredNodeState(labels={EDGETPU: "true"}, extended_resources={new: "1"})
+    first = diff(obj, want)
+    assert not first.status_first
+    assert first.metadata_patch == {"metadata": {"annotations": {ANNOTATION_OWNED_RESOURCES: f"{new},{old}"}}}
+    obj = apply_merge(obj, first.metadata_patch)
+    second = diff(obj, want)
+    assert second.metadata_patch is None
+    assert second.status_ops == (
+        {"op": "add", "path": f"/status/capacity/{escape_pointer(new)}", "value": "1"},
+        {"op": "add", "path": f"/status/allocatable/{escape_pointer(new)}", "value": "1"},
+        {"op": "remove", "path": f"/status/capacity/{escape_pointer(old)}"},
+        {"op": "remove", "path": f"/status/allocatable/{escape_pointer(old)}"},
+        {"op": "add", "path": RECORD_POINTER, "value": new})
+    obj = apply_json(obj, second.status_ops)
+    assert diff(obj, want).empty
+    assert obj["metadata"]["annotations"][ANNOTATION_OWNED_RESOURCES] == new
+    assert obj["status"]["capacity"] == {"cpu": "4", new: "1"}
+
+
+def test_a_record_trim_into_a_node_without_annotations_creates_the_map():
+    """The server omits an empty annotations map; ``add`` under a missing parent would fail."""
+    obj = node(capacity={"example.com/a": "0"}, allocatable={"example.com/a": "0"})
+    del obj["metadata"]["annotations"]
+    ops = diff(obj, DesiredNodeState(extended_resources={"example.com/a": "1"}),
+               ownership=Ownership(resources=frozenset({"example.com/a"}))).status_ops
+    assert ops[-1] == {"op": "add", "path": "/metadata/annotations",
+                       "value": {ANNOTATION_OWNED_RESOURCES: "example.com/a"}}
+    assert apply_json(obj, ops)["metadata"]["annotations"] == {ANNOTATION_OWNED_RESOURCES: "example.com/a"}
 
 
 def test_missing_capacity_map_is_created_first():
@@ -258,3 +302,37 @@ def test_converges_and_never_touches_foreign(foreign, ours_before, want, foreign
         assert any(t["key"] == taint.key and t["effect"] == taint.effect for t in end["spec"].get("taints", []))
     # a restarted agent sees nothing to do
     assert diff(end, desired).empty
+
+
+@settings(max_examples=150, deadline=None)
+@given(foreign_res=st.dictionaries(resources, counts, max_size=1), ours_res=st.dictionaries(resources, counts, max_size=3),
+       want_res=st.dictionaries(resources, counts, max_size=3), labels_change=st.booleans())
+def test_resource_changes_keep_every_resource_of_ours_recorded_at_every_step(foreign_res, ours_res, want_res, labels_change):
+    """Whatever resources we owned and want now: at most two writes (the record grows in the
+    label write, the status write adds, removes and trims), and after each single write (a
+    crash point) every non-foreign resource on the Node is in the record, foreign ones are
+    untouched."""
+    ours_res = {k: v for k, v in ours_res.items() if k not in foreign_res}
+    capacity = {"cpu": "4", **foreign_res, **ours_res}
+    obj = node({EDGETPU: "true"}, {ANNOTATION_OWNED_LABELS: EDGETPU,
+                                   ANNOTATION_OWNED_RESOURCES: ",".join(sorted(ours_res))},
+               capacity=capacity, allocatable=dict(capacity))
+    if not ours_res:
+        del obj["metadata"]["annotations"][ANNOTATION_OWNED_RESOURCES]
+    desired = DesiredNodeState(labels={PCI: "true"} if labels_change else {EDGETPU: "true"}, extended_resources=want_res)
+    writes = 0
+    while not (plan := diff(obj, desired)).empty:
+        if plan.status_ops and (plan.status_first or not plan.metadata_patch):
+            obj = apply_json(obj, plan.status_ops)
+        else:
+            obj = apply_merge(obj, plan.metadata_patch)
+        writes += 1
+        assert writes <= 2, plan
+        recorded = set(obj["metadata"].get("annotations", {}).get(ANNOTATION_OWNED_RESOURCES, "").split(",")) - {""}
+        on_node = set(obj["status"]["capacity"]) - {"cpu"} - set(foreign_res)
+        assert on_node <= recorded
+        for name, count in foreign_res.items():
+            assert obj["status"]["capacity"][name] == count and name not in recorded
+    for name in ours_res:
+        if name not in want_res:
+            assert name not in obj["status"]["capacity"]

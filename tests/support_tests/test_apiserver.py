@@ -275,6 +275,30 @@ def test_status_subresource_and_kubelet_allocatable_copy(api, core):
     assert raw(core.read_node_status("n1", _preload_content=False))["status"]["capacity"]["cpu"] == "4"
 
 
+def test_status_json_patch_applies_metadata_with_the_capacity_atomically(api, core):
+    """``nodeStatusStrategy.PrepareForUpdate`` sets ``newNode.Spec = oldNode.Spec`` and its
+    ``GetResetFields`` lists only ``spec`` (kubernetes pkg/registry/core/node/strategy.go;
+    kubernetes-api.md 2.1): metadata in a /status write is applied, as ``ValidateNodeUpdate``
+    checks it. The agent relies on this to trim its ownership record in the same JSON patch
+    that removes the resource; a patch whose one op fails changes nothing (RFC 6902 5)."""
+    record = "/metadata/annotations/node-feature-agent.io~1owned-extended-resources"
+    patch(core, [{"op": "add", "path": "/status/capacity/example.com~1old", "value": "1"}], JSON_PATCH, status=True)
+    patch(core, {"metadata": {"annotations": {"node-feature-agent.io/owned-extended-resources": "example.com/old"}}})
+    swapped = patch(core, [{"op": "add", "path": "/status/capacity/example.com~1new", "value": "1"},
+                           {"op": "remove", "path": "/status/capacity/example.com~1old"},
+                           {"op": "add", "path": record, "value": "example.com/new"}], JSON_PATCH, status=True)
+    assert swapped["metadata"]["annotations"]["node-feature-agent.io/owned-extended-resources"] == "example.com/new"
+    assert "example.com/old" not in swapped["status"]["capacity"] and swapped["status"]["capacity"]["example.com/new"] == "1"
+    before = api.node("n1")
+    status, _body, _ = error(lambda: patch(core, [{"op": "remove", "path": record},
+                                                   {"op": "remove", "path": "/status/capacity/example.com~1gone"}],
+                                           JSON_PATCH, status=True))
+    assert status == 422 and api.node("n1") == before  # the record stays with the resource it names
+    status, body, _ = error(lambda: patch(core, [{"op": "add", "path": "/metadata/labels/bad key", "value": "x"}],
+                                          JSON_PATCH, status=True))
+    assert status == 422 and [c["field"] for c in body["details"]["causes"]] == ["metadata.labels"]
+
+
 def test_quantities_are_canonical():
     assert [canonical(q) for q in ("2", "1000", "2000m", "1024Mi", "1.5", "1536Ki", 3)] == \
         ["2", "1k", "2", "1Gi", "1500m", "1536Ki", "3"]
