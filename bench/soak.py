@@ -90,6 +90,14 @@ FAULTS = (
 SLOW_FOR = {"slow responses 4 s": 4.0, "applied, answer too late": 7.0}
 
 
+def rules_invalid_parts(event: dict) -> int:
+    """How many RulesInvalid Warnings an Event carries: a pass's one Event lists each part as
+    ``Reason: text`` (agent.reconcile.events.aggregate), a lone one has it as its reason."""
+    message = str(event.get("message") or "")
+    parts = message.count("RulesInvalid: ")
+    return parts or int(event.get("reason") == "RulesInvalid")
+
+
 @dataclass
 class Tracker:
     """Is the Node what the host and rules say right now? Records blind periods and convergence."""
@@ -253,8 +261,8 @@ class Soak:
             elif r.method == "POST" and r.path.endswith("/events"):
                 self.requests["POST events"] += 1
                 self.requests["POST ok"] += accepted
-                if isinstance(r.body, dict) and r.body.get("reason") == "RulesInvalid" and accepted:
-                    self.requests["RulesInvalid"] += 1
+                if isinstance(r.body, dict) and accepted:
+                    self.requests["RulesInvalid"] += rules_invalid_parts(r.body)
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> dict:
@@ -335,7 +343,7 @@ class Soak:
         return {
             "duration_s": self.args.duration, "hotplugs": self.hotplugs,
             "rules_edits": {"valid": self.valid_edits, "invalid": self.invalid_edits,
-                            "RulesInvalid_events": len([e for e in self.server.events() if e.get("reason") == "RulesInvalid"]),
+                            "RulesInvalid_events": sum(rules_invalid_parts(e) for e in self.server.events()),
                             "RulesInvalid_posts": self.requests["RulesInvalid"]},
             "faults": len(self.faults),
             "blind_longest_s": round(blind[0][1], 2) if blind else 0.0,

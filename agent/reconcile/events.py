@@ -6,11 +6,19 @@ degraded source — is held until the pass's writes are done and then posted as 
 (``aggregate``): a hotplug costs two PATCHes and one POST, not two of each. The aggregate
 keeps the most telling reason (the first Warning's, else the first change's) and its type
 (Warning if any part is one); its message lists every part as ``Reason: text``, so
-``kubectl describe node`` still shows each. Events never fail or hold up the reconcile. A
-Normal Event that cannot be posted is logged and dropped; a Warning (a rejected rules edit, a
-degraded source, a refused item) is kept in a small backlog and posted again after the next
-successful pass (``flush``), since it may be the only trace an operator sees in ``kubectl
-describe node`` of something the agent refused while the API server was flaky (issue 15).
+``kubectl describe node`` still shows each; its ``firstTimestamp`` is its oldest part's.
+Events never fail or hold up the reconcile.
+
+Two kinds of Warning arise outside a pass, and they join a pass's one Event too:
+
+* judged in another thread (a rejected rules or ``--config`` edit, seen by its watcher):
+  ``hold_for_next_pass`` keeps it for the next pass, and the caller queues one;
+* kept after a failed POST: a Normal Event that cannot be posted is logged and dropped; the
+  Warning parts of an Event that could not be posted wait in a small backlog, and the next
+  successful pass carries them all in its one Event (``flush``), since each may be the only
+  trace an operator sees in ``kubectl describe node`` of something the agent refused while
+  the API server was flaky (issue 15). After an outage that is still one POST, not one per
+  Warning kept.
 """
 
 from __future__ import annotations
@@ -95,7 +103,9 @@ def aggregate(bodies: list[dict[str, Any]], limit: int = MAX_MESSAGE) -> dict[st
         budget -= shares[index]
     cut = [t if len(t) <= shares[i] else t[:max(0, shares[i] - 3)] + "..." for i, t in enumerate(texts)]
     first = parts[0]
-    body = {**first, "message": " | ".join(cut)[:limit]}
+    body = {**first, "message": " | ".join(cut)[:limit],
+            "firstTimestamp": min(b["firstTimestamp"] for b in parts),
+            "lastTimestamp": max(b["lastTimestamp"] for b in parts)}
     uid = next((b["involvedObject"].get("uid") for b in parts if b["involvedObject"].get("uid")), "")
     body["involvedObject"] = {**first["involvedObject"], "uid": uid}
     return body
@@ -113,6 +123,8 @@ class EventRecorder:
         self.failures = 0
         self.backlog: collections.deque[dict[str, Any]] = collections.deque()
         self._local = threading.local()  # Events held by this thread's pass (``deferred``)
+        self._next_pass: list[dict[str, Any]] = []  # from other threads, for the next pass (hold_for_next_pass)
+        self._next_pass_lock = threading.Lock()
 
     @contextlib.contextmanager
     def deferred(self):
@@ -124,7 +136,9 @@ class EventRecorder:
         if getattr(self._local, "held", None) is not None:
             yield
             return
-        self._local.held = []
+        with self._next_pass_lock:
+            waiting, self._next_pass = self._next_pass, []
+        self._local.held = [(body, body["type"] == "Warning") for body in waiting]
         try:
             yield
         finally:
@@ -136,9 +150,25 @@ class EventRecorder:
         loop releases right after the writes, so the Event precedes the pass's bookkeeping)."""
         held = getattr(self._local, "held", None)
         if held:
-            body = aggregate([b for b, _w in held])
+            parts = [b for b, _w in held]
             held.clear()
-            self._send(body, body["type"] == "Warning")
+            if not self._post(aggregate(parts)):
+                self._keep([b for b in parts if b["type"] == "Warning"])
+
+    def hold_for_next_pass(self, node_uid: str, reason: str, message: str, *, warning: bool = False) -> bool:
+        """For Warnings judged outside the worker's pass (a watcher thread): held for the next
+        pass's one Event. True when the caller must queue a pass to carry it; False when this
+        thread's own pass holds it already (or Events are off)."""
+        if not self.enabled or not message:
+            return False
+        body = event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.append((body, warning))
+            return False
+        with self._next_pass_lock:
+            self._next_pass.append(body)
+        return True
 
     def record(self, node_uid: str, reason: str, message: str, *, warning: bool = False) -> bool:
         """Post an Event (or hold it, inside ``deferred``); False if it could not be posted now."""
@@ -155,26 +185,38 @@ class EventRecorder:
         if self._post(body):
             return True
         if warning:
-            if len(self.backlog) == MAX_BACKLOG:
-                dropped = self.backlog.popleft()
-                log.warning("Event backlog full: dropped Warning %s on node %s", dropped["reason"], self.node_name,
-                            extra={"node": self.node_name, "event": "event-failed"})
-            self.backlog.append(body)
+            self._keep([body])
         return False
 
+    def _keep(self, bodies: list[dict[str, Any]]) -> None:
+        """Warnings whose POST failed, into the backlog after those already there (oldest
+        dropped, with a log line, beyond ``MAX_BACKLOG``)."""
+        self.backlog.extend(bodies)
+        while len(self.backlog) > MAX_BACKLOG:
+            dropped = self.backlog.popleft()
+            log.warning("Event backlog full: dropped Warning %s on node %s", dropped["reason"], self.node_name,
+                        extra={"node": self.node_name, "event": "event-failed"})
+
     def flush(self, node_uid: str = "") -> int:
-        """Post the Warnings that failed earlier, oldest first, until one fails again; their
-        timestamps say when they happened. Returns how many were posted."""
-        posted = 0
-        while self.enabled and self.backlog:
-            body = self.backlog[0]
+        """The Warnings that failed earlier join this thread's pass's one Event (inside
+        ``deferred``), else go out now as one Event; the aggregate's ``firstTimestamp`` says
+        when the oldest happened. Returns how many were handed on (0 if the POST failed again:
+        they stay in the backlog)."""
+        if not self.enabled or not self.backlog:
+            return 0
+        parts = list(self.backlog)
+        self.backlog.clear()
+        for body in parts:
             if node_uid and not body["involvedObject"]["uid"]:
                 body["involvedObject"]["uid"] = node_uid
-            if not self._post(body):
-                break
-            self.backlog.popleft()
-            posted += 1
-        return posted
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.extend((body, True) for body in parts)
+            return len(parts)
+        if self._post(aggregate(parts)):
+            return len(parts)
+        self._keep(parts)
+        return 0
 
     def _post(self, body: dict[str, Any]) -> bool:
         try:

@@ -330,8 +330,15 @@ class Agent:
             self.queue.put(q.RULES, sources=None)
 
     def _config_rejected(self, text: str) -> None:
-        self.reconciler.events.record(self.last_outcome.node_uid if self.last_outcome else "", REASON_CONFIG_INVALID,
-                                      text, warning=True)
+        self._warn_in_next_pass(REASON_CONFIG_INVALID, text)
+
+    def _warn_in_next_pass(self, reason: str, text: str) -> None:
+        """A Warning judged in a watcher thread goes into a pass's one Event (events.py): held
+        for the next pass, which a ``rules`` trigger starts when none is due (it changes
+        nothing else: unchanged rules end the pass before discovery)."""
+        uid = self.last_outcome.node_uid if self.last_outcome else ""
+        if self.reconciler.events.hold_for_next_pass(uid, reason, text, warning=True):
+            self.queue.put(q.RULES)
 
     def _apply_config(self) -> bool:
         """In the worker: hand discovery the configuration in use if it changed (True)."""
@@ -347,8 +354,7 @@ class Agent:
 
     def _rules_rejected(self, text: str) -> None:
         self.metrics.rules_reloads.labels("rejected").inc()
-        self.reconciler.events.record(self.last_outcome.node_uid if self.last_outcome else "", REASON_RULES_INVALID,
-                                      text, warning=True)
+        self._warn_in_next_pass(REASON_RULES_INVALID, text)
 
     # -- the worker -----------------------------------------------------------------------
     def _schedule_retry(self, delay: float) -> None:

@@ -84,13 +84,74 @@ def test_long_parts_share_the_message_limit_and_each_stays_visible():
     assert abs(len(parts[0]) - len(parts[1])) <= 1  # the long ones split the rest evenly
 
 
-def test_an_aggregate_with_a_warning_that_fails_to_post_is_kept_for_later(server):
+def test_the_warnings_of_an_aggregate_that_fails_to_post_are_kept_for_later(server):
     rec = recorder(server)
     server.faults.throttle(retry_after=1, count=1, verb="POST", path="/events")
     with rec.deferred():
         rec.record("uid-1", ev.REASON_LABELS, "add label a/b=true")
         rec.record("uid-1", ev.REASON_REJECTED, "label c/d rejected", warning=True)
-    assert not server.events() and len(rec.backlog) == 1
+    assert not server.events() and [b["reason"] for b in rec.backlog] == [ev.REASON_REJECTED]  # Normal: logged only
     assert rec.flush("uid-1") == 1
     (event,) = server.events()
-    assert event["reason"] == ev.REASON_REJECTED and "NodeFeaturesUpdated: add label a/b=true" in event["message"]
+    assert (event["reason"], event["message"]) == (ev.REASON_REJECTED, "label c/d rejected")
+
+
+def test_warnings_kept_through_an_outage_go_out_in_the_next_passs_one_event(server):
+    """Issue 13 item 5: after an outage, the Warnings kept from failed posts are not re-posted
+    one by one: the next successful pass carries them in its one Event, oldest timestamp first."""
+    import datetime as dt
+
+    clock = iter(dt.datetime(2026, 11, 24, 19, 0, s, tzinfo=dt.timezone.utc) for s in range(60))
+    rec = EventRecorder(NodeApi.from_configuration(server.client_configuration()), NODE, now=lambda: next(clock))
+    server.faults.fail(503, count=3, verb="POST", path="/events")
+    for n in range(3):  # three passes during the outage, each with a Warning
+        with rec.deferred():
+            rec.record("uid-1", ev.REASON_CLASH, f"label x/{n}: kept foreign value", warning=True)
+    assert len(rec.backlog) == 3 and not server.events()
+    with rec.deferred():  # the first pass after it: its own change plus the three Warnings
+        rec.record("uid-1", ev.REASON_LABELS, "add label a/b=true")
+        assert rec.flush("uid-1") == 3 and posts(server) == 3  # 3 refused, nothing new yet
+    assert posts(server) == 4 and not rec.backlog
+    (event,) = server.events()
+    assert event["type"] == "Warning" and event["reason"] == ev.REASON_CLASH
+    assert event["message"].split(" | ") == [f"ForeignValueKept: label x/{n}: kept foreign value" for n in range(3)] + [
+        "NodeFeaturesUpdated: add label a/b=true"]
+    stamps = [dt.datetime.fromisoformat(event[k].replace("Z", "+00:00")) for k in ("firstTimestamp", "lastTimestamp")]
+    assert [t.second for t in stamps] == [0, 3]  # the oldest Warning's time, the pass's time
+
+
+def test_a_flush_outside_a_pass_is_one_event_and_a_failed_one_keeps_everything(server):
+    rec = recorder(server)
+    server.faults.fail(503, count=3, verb="POST", path="/events")
+    for n in range(2):
+        rec.record("uid-1", ev.REASON_REJECTED, f"label c/{n} rejected", warning=True)
+    assert rec.flush() == 0 and len(rec.backlog) == 2  # the third 503
+    assert rec.flush() == 2 and not rec.backlog
+    (event,) = server.events()
+    assert event["message"] == "ChangeRejected: label c/0 rejected | ChangeRejected: label c/1 rejected"
+
+
+def test_warnings_from_another_thread_wait_for_the_next_pass(server):
+    """A rejected rules edit is judged in the watcher thread: it is held for the next pass
+    (the caller queues one) and shares that pass's one Event; in the worker's own pass it
+    joins that pass directly."""
+    import threading
+
+    rec = recorder(server)
+    queued = []
+    watcher = threading.Thread(target=lambda: queued.extend(
+        rec.hold_for_next_pass("uid-1", "RulesInvalid", f"rules/zz-{n}.yaml: bad YAML", warning=True) for n in (1, 2)))
+    watcher.start()
+    watcher.join()
+    assert queued == [True, True] and posts(server) == 0
+    with rec.deferred():
+        rec.record("uid-1", ev.REASON_LABELS, "add label a/b=true")
+        assert rec.hold_for_next_pass("uid-1", "RulesInvalid", "rules/zz-3.yaml: bad YAML", warning=True) is False
+    assert posts(server) == 1
+    (event,) = server.events()
+    assert event["reason"] == "RulesInvalid" and event["message"].split(" | ") == [
+        "RulesInvalid: rules/zz-1.yaml: bad YAML", "RulesInvalid: rules/zz-2.yaml: bad YAML",
+        "RulesInvalid: rules/zz-3.yaml: bad YAML", "NodeFeaturesUpdated: add label a/b=true"]
+    with rec.deferred():
+        pass
+    assert posts(server) == 1  # nothing held: no Event
