@@ -1,0 +1,180 @@
+"""A real laptop's recorded sysfs (systemd's ``test/sys-script.py``) replayed through discovery.
+
+``fixtures/sysfs/thinkpad-t60p-recorded/`` is a Lenovo ThinkPad T60p on Linux 2.6.27-rc7, cut
+from systemd's recording by ``fixtures/recorded/extract_sys_script.py`` (source, blob and what
+was kept: the fixture's README).  Every expected value below was written from the recorded
+files (``cat`` of the fixture) and NFD's code applied by hand (node-feature-discovery
+``76e6cc8c``: ``source/pci``, ``source/usb``, ``source/storage``, ``source/network``,
+``source/memory``, ``source/kernel``, ``source/system``), not from our output; the IDs are
+named from hwdata's ``pci.ids`` 2023.04.10 and ``usb.ids`` 2025.07.26.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from agent.cli import build_parser
+from agent.config import discovery_config, selected_sources
+from agent.discovery import discover
+from agent.features import NFD_PREFIX
+from agent.hostfs import HostFS
+from tests.conftest import FIXTURES
+
+ROOT = FIXTURES / "thinkpad-t60p-recorded"
+
+#: NFD's labels on this host, each with the reason NFD emits it (the *only* two).
+NFD_LABELS = {
+    # pci: default deviceClassWhitelist ["03", "0b40", "12"], deviceLabelFields [class, vendor].
+    # 0000:01:00.0 class 0x030000 -> "0300" (NFD keeps 4 digits), vendor 0x1002:
+    # ATI RV530/M66 GL [Mobility FireGL V5250] (1002:71d4).  The other 19 functions are
+    # 0600/0604/0601/0607 bridges, 0403 audio, 0c03 UHCI, 0c05 SMBus, 0101/0106 storage,
+    # 0200 Ethernet, 0280 wireless: none starts with 03, 0b40 or 12.  No sriov_totalvfs
+    # anywhere, so no .sriov.capable.
+    "pci-0300_1002.present": "true",
+    # usb: default deviceClassWhitelist ["0e", "ef", "fe", "ff"], fields [class, vendor, device].
+    # 4-2 (STMicroelectronics 0483:2016 "Fingerprint Reader") has bDeviceClass 00, so NFD
+    # takes the class of its one interface 4-2:1.0, bInterfaceClass ff.
+    "usb-ff_0483_2016.present": "true",
+    # Not labelled: 4-1 Broadcom BCM2045B 0a5c:2110 has bDeviceClass e0 (not 00), so its
+    # interfaces' ff and fe classes are never looked at; 3-1 Logitech 046d:c03e (00 -> 03 HID),
+    # 5-1 1043:8012 flash disk (00 -> 08), 5-2 Nokia N78 0421:007b (02), root hubs (09).
+    # storage: Linux 2.6.27 has no queue/rotational (added in 2.6.29): no nonrotationaldisk.
+    # network: no sriov_* files: no sriov labels.  memory: no bus/node (NFD: error, no numa
+    # attribute), no /proc/swaps (no swap attribute).  kernel: no /proc (no version, config,
+    # modules), no fs/selinux/enforce (enabled=false, no label).  system: no os-release.
+    # cpu: NFD reads CPUID from the CPU it runs on; nothing to replay (README).
+}
+
+#: NFD's usb.device instances (attributes class, vendor, device, serial-if-non-empty).
+NFD_USB = [
+    {"class": "03", "vendor": "046d", "device": "c03e"},  # 3-1 (00) via 3-1:1.0
+    {"class": "e0", "vendor": "0a5c", "device": "2110"},  # 4-1, one instance: class is not 00
+    {"class": "ff", "vendor": "0483", "device": "2016"},  # 4-2 (00) via 4-2:1.0
+    {"class": "08", "vendor": "1043", "device": "8012"},  # 5-1 (00) via 5-1:1.0
+    {"class": "02", "vendor": "0421", "device": "007b", "serial": "354172020305000"},  # 5-2
+    *({"class": "09", "vendor": "1d6b", "device": "0001", "serial": f"0000:00:1d.{n}"} for n in range(4)),
+    {"class": "09", "vendor": "1d6b", "device": "0002", "serial": "0000:00:1d.7"},  # usb5, EHCI
+]
+
+#: NFD's pci.device instances: (address, class, vendor, device, subsystem_vendor, subsystem_device).
+#: 0000:00:1d.7 (EHCI, 8086:27cc) is in sys/devices but not in the recorded sys/bus/pci/devices
+#: listing, so NFD (which lists bus/pci/devices) does not see it.
+NFD_PCI = [
+    ("0000:00:00.0", "0600", "8086", "27a0", "17aa", "2015"),
+    ("0000:00:01.0", "0604", "8086", "27a1", "0000", "0000"),
+    ("0000:00:1b.0", "0403", "8086", "27d8", "17aa", "2010"),
+    ("0000:00:1c.0", "0604", "8086", "27d0", "0000", "0000"),
+    ("0000:00:1c.1", "0604", "8086", "27d2", "0000", "0000"),
+    ("0000:00:1c.2", "0604", "8086", "27d4", "0000", "0000"),
+    ("0000:00:1c.3", "0604", "8086", "27d6", "0000", "0000"),
+    ("0000:00:1d.0", "0c03", "8086", "27c8", "17aa", "200a"),
+    ("0000:00:1d.1", "0c03", "8086", "27c9", "17aa", "200a"),
+    ("0000:00:1d.2", "0c03", "8086", "27ca", "17aa", "200a"),
+    ("0000:00:1d.3", "0c03", "8086", "27cb", "17aa", "200a"),
+    ("0000:00:1e.0", "0604", "8086", "2448", "0000", "0000"),
+    ("0000:00:1f.0", "0601", "8086", "27b9", "17aa", "2009"),
+    ("0000:00:1f.1", "0101", "8086", "27df", "17aa", "200c"),
+    ("0000:00:1f.2", "0106", "8086", "27c5", "17aa", "200d"),
+    ("0000:00:1f.3", "0c05", "8086", "27da", "17aa", "200f"),
+    ("0000:01:00.0", "0300", "1002", "71d4", "17aa", "20a4"),
+    ("0000:02:00.0", "0200", "8086", "109a", "17aa", "2001"),
+    ("0000:03:00.0", "0280", "8086", "4227", "8086", "1011"),
+    ("0000:15:00.0", "0607", "104c", "ac56", "17aa", "2012"),
+]
+
+#: NFD's system.dmiid: the 16 names it asks for, minus product_family and product_sku (not in
+#: 2.6.27's DMI class); values TrimSpace'd, the empty board_asset_tag kept (NFD keeps "").
+NFD_DMI = {
+    "bios_date": "09/19/2007", "bios_vendor": "LENOVO", "bios_version": "7IET31WW (1.12 )",
+    "board_asset_tag": "", "board_name": "8741C4G", "board_vendor": "LENOVO", "board_version": "Not Available",
+    "chassis_asset_tag": "No Asset Information", "chassis_type": "10", "chassis_vendor": "LENOVO",
+    "chassis_version": "Not Available", "product_name": "8741C4G", "product_version": "ThinkPad T60p",
+    "sys_vendor": "LENOVO",
+}
+
+
+@pytest.fixture(scope="module")
+def result():
+    args = build_parser().parse_args(["discover", "--host-root", str(ROOT), "--node-name", "fixture-node"])
+    return discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
+
+
+def instances(result, feature: str) -> list[dict[str, str]]:
+    return [dict(i.attributes) for i in result.features[feature].instances]
+
+
+def test_labels_are_exactly_nfds(result):
+    assert dict(result.labels) == {NFD_PREFIX + key: value for key, value in NFD_LABELS.items()}
+
+
+def test_usb_instances_as_nfd_makes_them(result):
+    """Class-00 devices expand per interface, class e0 does not; serial only where the file is."""
+    nfd_view = [{k: v for k, v in attrs.items() if k in ("class", "vendor", "device", "serial")}
+                for attrs in instances(result, "usb.device")]
+    key = lambda attrs: tuple(sorted(attrs.items()))  # noqa: E731 - a sort key
+    assert Counter(map(key, nfd_view)) == Counter(map(key, NFD_USB))
+
+
+def test_usb_root_hub_interfaces_and_bluetooth_interfaces(result):
+    """Root hubs' interfaces are named ``1-0:1.0`` (not ``usb1:1.0``); the hub driver is found
+    through them; the Bluetooth adapter's ff/fe interfaces add no instance."""
+    by_name = {}
+    for attrs in instances(result, "usb.device"):
+        by_name.setdefault(attrs["sysfs_name"], []).append(attrs)
+    assert [a.get("driver") for a in by_name["usb1"]] == ["hub"]
+    assert len(by_name["4-1"]) == 1 and "driver" not in by_name["4-1"][0]  # no interface driver bound
+    assert [(a["interface"], a.get("driver")) for a in by_name["5-1"]] == [("5-1:1.0", "usb-storage")]
+
+
+def test_pci_instances_as_nfd_reads_them(result):
+    fields = ("address", "class", "vendor", "device", "subsystem_vendor", "subsystem_device")
+    got = sorted(tuple(attrs[f] for f in fields) for attrs in instances(result, "pci.device"))
+    assert got == NFD_PCI
+    for attrs in instances(result, "pci.device"):
+        # 2.6.27: no revision file, no numa_node, no IOMMU, no SR-IOV
+        assert not {"sriov_totalvfs", "iommu_group/type", "iommu/intel-iommu/version", "revision",
+                    "numa_node"} & set(attrs), attrs
+
+
+def test_pci_driver_names_as_the_old_kernel_wrote_them(result):
+    """2.6.27's driver directories are named after the driver structs: a space in one."""
+    drivers = {attrs["address"]: attrs.get("driver") for attrs in instances(result, "pci.device")}
+    assert drivers["0000:00:1b.0"] == "HDA Intel"
+    assert drivers["0000:00:01.0"] == "pcieport-driver"
+    assert drivers["0000:01:00.0"] is None  # the FireGL has no driver bound
+
+
+def test_block_devices_have_no_queue_attributes(result):
+    """NFD reads queue/{dax,rotational,nr_zones,zoned}: 2.6.27 has none of them, and the idle
+    loop and md devices have no queue directory at all; each device is still an instance."""
+    assert sorted(map(lambda a: tuple(sorted(a.items())), instances(result, "storage.block"))) == sorted(
+        ((("name", name),) for name in ("loop0", "loop1", "loop2", "loop3", "loop4", "loop5", "loop6",
+                                         "loop7", "md0", "sda", "sdb", "sr0")))
+
+
+def test_network_as_nfd_splits_it(result):
+    """``device`` link -> physical (eth0, wlan0 and the mac80211 master wmaster0), else virtual;
+    2.6.27 has no ``speed`` file, and nothing reports it as an error."""
+    nfd_keys = ("name", "operstate", "speed", "sriov_numvfs", "sriov_totalvfs", "mtu")
+    physical = sorted(tuple(sorted((k, v) for k, v in a.items() if k in nfd_keys))
+                      for a in instances(result, "network.device"))
+    assert physical == [(("mtu", "1500"), ("name", "eth0"), ("operstate", "down")),
+                        (("mtu", "1500"), ("name", "wlan0"), ("operstate", "up")),
+                        (("mtu", "1500"), ("name", "wmaster0"), ("operstate", "unknown"))]
+    assert instances(result, "network.virtual") == [{"name": "lo", "operstate": "unknown", "mtu": "16436"}]
+
+
+def test_dmi_as_nfd_reads_it(result):
+    assert dict(result.features["system.dmiid"].attributes) == NFD_DMI
+
+
+def test_absent_files_give_nfds_defaults_and_only_the_proc_errors(result):
+    assert dict(result.features["memory.hugepages"].attributes) == {"enabled": "false"}
+    assert dict(result.features["kernel.selinux"].attributes) == {"enabled": "false"}
+    assert "memory.numa" not in result.features and "memory.swap" not in result.features
+    # the recording has no /proc: cpuinfo and the kernel release are reported missing, and
+    # nothing else is an error (no old-format file is mistaken for a damaged one)
+    assert sorted((e.source, e.path) for e in result.errors) == [
+        ("cpu", "/proc/cpuinfo"), ("kernel", "/proc/sys/kernel/osrelease")]
