@@ -105,6 +105,31 @@ EXPECTATIONS: dict[str, dict] = {
         "attributes": {"devicetree.model": {"model": "Google i.MX8MQ Phanbell"}},
         "mentions": {"devicetree": ["google,imx8mq-phanbell", "fsl,imx8mq"]},
     },
+    # a real Mendel board's device tree and PCI devices (README): no pci- label (NFD's whitelist)
+    "coral-devboard-vendor-recorded": {
+        "labels": {"kernel-version.full": "4.14.98-imx", "kernel-version.major": "4", "kernel-version.minor": "14",
+                   "kernel-version.revision": "98", "beta.devicetree.org/fsl-imx8mq-phanbell": "1",
+                   "beta.devicetree.org/fsl-imx8mq": "1"},
+        "absent": ["beta.devicetree.org/google-imx8mq-phanbell", "pci-0880_1ac1.present", "pci-0280_168c.present"],
+        "no_label_prefix": ["pci-", "usb-", "cpu-", "system-os_release"],
+        "instances": {"pci.device": [{"address": "0001:01:00.0", "class": "0880", "vendor": "1ac1", "device": "089a",
+                                      "driver": "apex", "revision": "00"},
+                                     {"address": "0000:01:00.0", "class": "0280", "vendor": "168c", "device": "003e",
+                                      "driver": "hif_pci", "revision": "32"},
+                                     {"address": "0000:00:00.0", "class": "0604", "vendor": "16c3", "device": "abcd"},
+                                     {"address": "0001:00:00.0", "class": "0604", "vendor": "16c3", "device": "abcd"}]},
+        "instance_counts": {"pci.device": 4},
+        "attributes": {"devicetree.model": {"model": "Freescale i.MX8MQ Phanbell"}},
+        "mentions": {"devicetree": ["fsl,imx8mq-phanbell", "fsl,imx8mq"]},
+    },
+    # L4T's root node, recorded twice (README); the "+" string is kept as a feature, not labelled
+    "jetson-nano-l4t-recorded": {
+        "labels": {"beta.devicetree.org/nvidia-jetson-nano": "1", "beta.devicetree.org/nvidia-tegra210": "1"},
+        "absent": ["beta.devicetree.org/nvidia-p3450-0000"],
+        "no_label_prefix": ["cpu-", "kernel-version", "pci-"],
+        "attributes": {"devicetree.model": {"model": "NVIDIA Jetson Nano Developer Kit"}},
+        "mentions": {"devicetree": ["nvidia,p3449-0000-b00+p3448-0000-b00", "nvidia,jetson-nano", "nvidia,tegra210"]},
+    },
     "raspberry-pi-4-recorded": {
         "labels": {"beta.devicetree.org/raspberrypi-4-model-b": "1", "beta.devicetree.org/brcm-bcm2711": "1",
                    "cpu-model.vendor_id": "ARM", "cpu-model.family": "15", "cpu-model.id": "53379",
@@ -480,6 +505,19 @@ def test_committed_dt_board_tree_matches_its_writer(case, tmp_path):
     writer.build(case, tmp_path / case)
     assert _tree_listing(FIXTURES / case) == _tree_listing(tmp_path / case), (
         f"{case}: run `python fixtures/recorded/make_dt_boards.py {case}`")
+
+
+def test_recorded_dev_board_keeps_the_recorded_sysfs_shapes():
+    """What the Mendel board's owners recorded (coral-devboard-vendor-recorded/README.md): the TPU's
+    ``driver`` link as ``ls -l`` printed it, its ``apex`` child, and the vendor tree's PCIe node names."""
+    root = FIXTURES / "coral-devboard-vendor-recorded"
+    tpu = root / "sys/bus/pci/devices/0001:01:00.0"
+    assert os.readlink(tpu / "driver") == "../../../../../../bus/pci/drivers/apex"
+    assert (tpu / "apex").is_dir() and (tpu / "class").read_text() == "0x0880ff\n"
+    base = root / "sys/firmware/devicetree/base"
+    assert (base / "pcie@0x33c00000/compatible").read_bytes() == b"fsl,imx8mq-pcie\0snps,dw-pcie\0"
+    assert (base / "pcie@0x33c00000/status").read_bytes() == b"okay\0"
+    assert (base / "compatible").read_bytes() == b"fsl,imx8mq-phanbell\0fsl,imx8mq\0"
 
 
 def test_recorded_pi4_cpuinfo_is_the_published_text():

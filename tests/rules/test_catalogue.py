@@ -46,23 +46,36 @@ def test_intel_vendor_rules_on_the_intel_server():
     assert state.problems == ()
 
 
-@pytest.mark.parametrize("case", ["coral-usb-boot", "coral-usb", "coral-pcie", "coral-devboard", "coral-devboard-mainline"])
+@pytest.mark.parametrize("case", ["coral-usb-boot", "coral-usb", "coral-pcie", "coral-devboard",
+                                  "coral-devboard-vendor-recorded"])
 def test_every_coral_form_yields_edgetpu_and_a_device_count(case):
     state = plan_fixture(case).state
     assert state.labels["accelerators/edgetpu"] == "true"
     assert state.extended_resources["node-feature-agent.io/edgetpu"] == "1"
 
 
-def test_coral_dev_board_on_a_mainline_kernel_is_found_by_its_device_tree():
+def test_coral_dev_board_on_a_mainline_kernel_is_a_board_without_a_usable_edge_tpu():
     """Mainline imx8mq-phanbell.dts: root compatible "google,imx8mq-phanbell" and both PCIe
-    controllers disabled, so no PCI device exists; board and Edge TPU come from the device tree."""
+    controllers disabled, so no PCI device exists and nothing could open the TPU: the board label
+    comes from the device tree, the Edge TPU label and count do not (labels/README.md)."""
     state = plan_fixture("coral-devboard-mainline").state
     assert state.labels["boards/coral-dev-board"] == "true"
-    assert state.labels["accelerators/edgetpu"] == "true"
-    for key in ("boards/coral-dev-board", "accelerators/edgetpu"):
-        assert state.provenance[key].feature_instance == "devicetree.compatible.google,imx8mq-phanbell"
-        assert state.provenance[key].host_path == "/sys/firmware/devicetree/base/compatible"
+    assert state.provenance["boards/coral-dev-board"].feature_instance == "devicetree.compatible.google,imx8mq-phanbell"
+    assert state.provenance["boards/coral-dev-board"].host_path == "/sys/firmware/devicetree/base/compatible"
+    assert "accelerators/edgetpu" not in state.labels
+    assert "node-feature-agent.io/edgetpu" not in state.extended_resources
     assert not any(k.startswith(("boards/raspberry-pi", "boards/nvidia")) for k in state.labels)
+    assert state.problems == ()
+
+
+def test_coral_dev_board_on_its_vendor_kernel_counts_the_recorded_pci_tpu_once():
+    """The recorded Mendel board (fixture README): the Edge TPU is the PCI function 0001:01:00.0
+    (1ac1:089a, apex), the board is known by "fsl,imx8mq-phanbell" with the Phanbell model."""
+    state = plan_fixture("coral-devboard-vendor-recorded").state
+    assert state.labels["boards/coral-dev-board"] == "true"
+    assert state.labels["accelerators/edgetpu"] == "true"
+    assert state.extended_resources["node-feature-agent.io/edgetpu"] == "1"
+    assert state.provenance["accelerators/edgetpu"].feature_instance.startswith("pci.device[address=0001:01:00.0")
     assert state.problems == ()
 
 
@@ -82,8 +95,13 @@ def test_coral_pcie_outside_nfd_class_whitelist_still_matches_by_raw_device():
      ["accelerators/edgetpu", "boards/nvidia-jetson", "boards/coral-dev-board"]),
     ("jetson-nano-mainline", {"boards/nvidia-jetson": "true", "boards/nvidia-tegra-soc": "tegra210"},
      ["boards/raspberry-pi", "boards/coral-dev-board", "accelerators/edgetpu"]),
-    ("coral-devboard-mainline", {"boards/coral-dev-board": "true", "accelerators/edgetpu": "true"},
+    ("coral-devboard-mainline", {"boards/coral-dev-board": "true"},
+     ["boards/raspberry-pi", "boards/nvidia-jetson", "accelerators/edgetpu"]),
+    # recorded boards (fixtures/recorded/make_dt_boards.py; each README names the recording)
+    ("coral-devboard-vendor-recorded", {"boards/coral-dev-board": "true", "accelerators/edgetpu": "true"},
      ["boards/raspberry-pi", "boards/nvidia-jetson"]),
+    ("jetson-nano-l4t-recorded", {"boards/nvidia-jetson": "true", "boards/nvidia-tegra-soc": "tegra210"},
+     ["boards/raspberry-pi", "boards/coral-dev-board", "accelerators/edgetpu"]),
     ("nvidia-8gpu", {"accelerators/nvidia-gpu": "true", "accelerators/gpu": "true", "accelerators/nvidia-gpu.count": "8"}, ["accelerators/amd-gpu"]),
     ("amd-gpu", {"accelerators/amd-gpu": "true", "accelerators/gpu": "true", "accelerators/amd-gpu.count": "2"}, ["accelerators/nvidia-gpu"]),
     ("intel-server", {INTEL + "qat": "true", INTEL + "sgx": "true"}, ["accelerators/edgetpu", "accelerators/gpu"]),

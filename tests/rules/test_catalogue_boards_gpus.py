@@ -4,7 +4,9 @@ with a compute driver bound.
 Device-tree strings: mainline Linux ``arch/arm64/boot/dts/freescale/imx8mq-phanbell.dts``
 (``model = "Google i.MX8MQ Phanbell"``, ``compatible = "google,imx8mq-phanbell", "fsl,imx8mq"``)
 and Coral's vendor kernel ``fsl-imx8mq-phanbell.dts`` (``"Freescale i.MX8MQ Phanbell"``,
-``"fsl,imx8mq-phanbell", "fsl,imx8mq"``), as fixtures/sysfs/coral-devboard records.
+``"fsl,imx8mq-phanbell", "fsl,imx8mq"``), as a real Mendel board's device tree records
+(fixtures/sysfs/coral-devboard-vendor-recorded). The Edge TPU label needs the TPU itself (its PCI
+function), never the device tree alone (labels/README.md, "Coral Dev Board and its Edge TPU").
 """
 
 from __future__ import annotations
@@ -35,7 +37,29 @@ def labels_of(features: dict) -> dict[str, str]:
 def test_coral_dev_board_under_either_kernel(compatible, model):
     labels = labels_of(board(compatible, model))
     assert labels["boards/coral-dev-board"] == "true"
-    assert labels["accelerators/edgetpu"] == "true"
+    assert "accelerators/edgetpu" not in labels   # no TPU device seen: nothing a workload could open
+
+
+# the recorded board's TPU: 0001:01:00.0 1ac1:089a, class 0x0880ff, apex (fixture README)
+DEVBOARD_TPU = {"address": "0001:01:00.0", "vendor": "1ac1", "device": "089a", "class": "0880", "driver": "apex"}
+
+
+@pytest.mark.parametrize("compatible, model", [
+    (("google,imx8mq-phanbell", "fsl,imx8mq"), "Google i.MX8MQ Phanbell"),     # mainline with PCIe enabled
+    (("fsl,imx8mq-phanbell", "fsl,imx8mq"), "Freescale i.MX8MQ Phanbell"),     # vendor (Mendel)
+], ids=["mainline", "vendor"])
+def test_dev_board_with_its_pci_tpu_has_one_edge_tpu(compatible, model):
+    features = {**board(compatible, model), "pci.device": instances(DEVBOARD_TPU)}
+    state = rules.plan_node(features, {}, {}, CATALOGUE)
+    assert state.labels["boards/coral-dev-board"] == "true" and state.labels["accelerators/edgetpu"] == "true"
+    assert state.extended_resources["node-feature-agent.io/edgetpu"] == "1"
+
+
+def test_device_tree_labels_on_the_node_do_not_make_an_edge_tpu():
+    """k8s-dt-node-labeller's labels (or our own devicetree labels) name the board only."""
+    node = {"beta.devicetree.org/fsl-imx8mq-phanbell": "1", "beta.devicetree.org/google-imx8mq-phanbell": "1"}
+    state = rules.plan_node({}, {}, node, CATALOGUE)
+    assert "accelerators/edgetpu" not in state.labels
 
 
 @pytest.mark.parametrize("compatible, model", [
