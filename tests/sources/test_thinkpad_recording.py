@@ -11,6 +11,7 @@ named from hwdata's ``pci.ids`` 2023.04.10 and ``usb.ids`` 2025.07.26.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import pytest
@@ -20,7 +21,7 @@ from agent.config import discovery_config, selected_sources
 from agent.discovery import discover
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO
 
 ROOT = FIXTURES / "thinkpad-t60p-recorded"
 
@@ -178,3 +179,59 @@ def test_absent_files_give_nfds_defaults_and_only_the_proc_errors(result):
     # nothing else is an error (no old-format file is mistaken for a damaged one)
     assert sorted((e.source, e.path) for e in result.errors) == [
         ("cpu", "/proc/cpuinfo"), ("kernel", "/proc/sys/kernel/osrelease")]
+
+
+# -- the extractor: the script is data, and only what the sources read is kept ------------------
+def _extractor():
+    sys.path.insert(0, str(REPO / "fixtures" / "recorded"))
+    try:
+        import extract_sys_script
+    finally:
+        sys.path.remove(str(REPO / "fixtures" / "recorded"))
+    return extract_sys_script
+
+
+MINI_SCRIPT = b"""import os, sys
+os.system('touch /tmp/never-run')
+d('sys', 0o755)
+d('sys/devices', 0o755)
+d('sys/devices/pci0000:00', 0o755)
+d('sys/devices/pci0000:00/0000:00:02.0', 0o755)
+f('sys/devices/pci0000:00/0000:00:02.0/vendor', 0o644, b'0x8086\\n')
+f('sys/devices/pci0000:00/0000:00:02.0/config', 0o644, b'\\x86\\x80')
+l('sys/devices/pci0000:00/0000:00:02.0/driver', '../../../bus/pci/drivers/i915')
+l('sys/devices/pci0000:00/0000:00:02.0/firmware_node', '../../LNXSYSTM:00')
+d('sys/devices/pci0000:00/0000:00:02.0/power', 0o755)
+f('sys/devices/pci0000:00/0000:00:02.0/power/wakeup', 0o644, b'\\n')
+d('sys/devices/LNXSYSTM:00', 0o755)
+d('sys/bus', 0o755)
+d('sys/bus/pci', 0o755)
+d('sys/bus/pci/devices', 0o755)
+l('sys/bus/pci/devices/0000:00:02.0', '../../../devices/pci0000:00/0000:00:02.0')
+d('sys/bus/pci/drivers', 0o755)
+d('sys/bus/pci/drivers/i915', 0o755)
+f('sys/bus/pci/drivers/i915/bind', 0o200, b'')
+l('sys/bus/pci/drivers/i915/0000:00:02.0', '../../../../devices/pci0000:00/0000:00:02.0')
+l('sys/bus/pci/drivers/i915/module', '../../../../module/i915')
+"""
+
+
+def test_extractor_keeps_what_sources_read_and_never_runs_the_script(tmp_path):
+    extractor = _extractor()
+    recording = extractor.parse(MINI_SCRIPT)
+    extractor.write(recording, extractor.select(recording), tmp_path)
+    kept = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if not p.is_dir() or p.is_symlink())
+    assert kept == ["sys/bus/pci/devices/0000:00:02.0", "sys/bus/pci/drivers/i915/0000:00:02.0",
+                    "sys/bus/pci/drivers/i915/bind", "sys/devices/pci0000:00/0000:00:02.0/config",
+                    "sys/devices/pci0000:00/0000:00:02.0/driver", "sys/devices/pci0000:00/0000:00:02.0/vendor"]
+    assert (tmp_path / "sys/devices/pci0000:00/0000:00:02.0/config").read_bytes() == b"\x86\x80"
+    assert (tmp_path / "sys/bus/pci/devices/0000:00:02.0/driver").resolve().name == "i915"
+    with pytest.raises(extractor.NotASysScript):
+        extractor.parse(b"f('sys/x', 0o644, open('/etc/passwd', 'rb').read())\n")
+
+
+def test_extractor_refuses_another_version_of_the_script(tmp_path):
+    script = tmp_path / "sys-script.py"
+    script.write_bytes(MINI_SCRIPT)
+    assert _extractor().main([str(script), str(tmp_path / "out")]) == 1
+    assert not (tmp_path / "out").exists()
