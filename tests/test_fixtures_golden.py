@@ -89,7 +89,8 @@ EXPECTATIONS: dict[str, dict] = {
                    "kernel-config.PREEMPT": "true", "kernel-config.NO_HZ_IDLE": "true",
                    "kernel-version.full": "4.14.98-imx"},
         "absent": ["pci-0880_1ac1.present", "memory-numa", "memory-swap"],
-        "instances": {"pci.device": [{"class": "0880", "vendor": "1ac1", "device": "089a"}]},
+        "instances": {"pci.device": [{"class": "0880", "vendor": "1ac1", "device": "089a", "driver": "apex"},
+                                     {"class": "0280", "vendor": "168c", "device": "003e", "driver": "hif_pci"}]},
         "flags": {"kernel.loadedmodule": ["apex", "gasket"]},
         "mentions": {"devicetree": ["fsl,imx8mq-phanbell", "fsl,imx8mq"]},
     },
@@ -153,8 +154,10 @@ EXPECTATIONS: dict[str, dict] = {
         "mentions": {"devicetree": ["raspberrypi,4-model-b", "brcm,bcm2711"]},
     },
     "jetson-nano": {
-        "labels": {"kernel-config.PREEMPT": "true", "system-os_release.VERSION_ID": "18.04", "memory-swap": "true"},
-        "mentions": {"devicetree": ["nvidia,jetson-nano", "nvidia,tegra210", "nvidia,p3450-0000"]},
+        "labels": {"kernel-config.PREEMPT": "true", "system-os_release.VERSION_ID": "18.04", "memory-swap": "true",
+                   "beta.devicetree.org/nvidia-jetson-nano": "1", "beta.devicetree.org/nvidia-tegra210": "1"},
+        "absent": ["beta.devicetree.org/nvidia-p3450-0000"],   # mainline's string, not L4T's (README)
+        "mentions": {"devicetree": ["nvidia,jetson-nano", "nvidia,tegra210", "nvidia,p3449-0000-b00+p3448-0000-b00"]},
     },
     "intel-server": {
         "labels": {"pci-0b40_8086.present": "true", "pci-0b40_8086.sriov.capable": "true",
