@@ -1,8 +1,10 @@
 """Real USB devices recorded with umockdev, replayed through discovery, checked against NFD by hand.
 
 The recordings under ``fixtures/recorded/umockdev/`` are copied unchanged from
-martinpitt/umockdev ``devices/`` (commit ``39f785a7``; paths and blobs in
-``fixtures/recorded/README.md``).  Each test builds the ``/sys`` tree umockdev's testbed would
+martinpitt/umockdev ``devices/`` (commit ``39f785a7``) and, named ``libfprint-*``, from
+freedesktop/libfprint ``tests/<driver>/device`` (commit ``1f5e0821``): real fingerprint
+readers recorded with umockdev-record for libfprint's own tests (paths and blobs in
+``fixtures/recorded/README.md`` and :data:`BLOBS`).  Each test builds the ``/sys`` tree umockdev's testbed would
 build (``fixtures/recorded/umockdev_tree.py``) and runs discovery on it.  Expected values are
 read from the recording's ``A:`` lines and NFD's ``source/usb`` / ``source/pci``
 (node-feature-discovery ``76e6cc8c``) applied by hand; IDs named from hwdata's usb.ids/pci.ids.
@@ -26,7 +28,10 @@ from tests.conftest import REPO
 RECORDINGS = REPO / "fixtures" / "recorded" / "umockdev"
 #: file -> git blob at martinpitt/umockdev 39f785a7 (the copies must stay byte-identical)
 BLOBS = {"fido2.umockdev": "4df0d013086b5360629a6778eb3bfe131eae4a3b",
-         "canon-powershot-sx200.umockdev": "68893e3e7a97685b16f940325511b93a9d7ab261"}
+         "canon-powershot-sx200.umockdev": "68893e3e7a97685b16f940325511b93a9d7ab261",
+         # freedesktop/libfprint 1f5e0821: tests/synaptics/device, tests/goodixmoc/device
+         "libfprint-synaptics.umockdev": "e56e37d910208d2a99e8730e9b4e42f3660dcb95",
+         "libfprint-goodixmoc.umockdev": "a076caa1b0b861bc8dfe7a0f3169c674f5e949da"}
 
 
 def _tree_builder():
@@ -116,6 +121,44 @@ def test_class_00_device_without_recorded_interfaces_yields_no_instance(tmp_path
     ])
     assert not [k for k in result.labels if k.startswith((NFD_PREFIX + "usb-", NFD_PREFIX + "pci-"))]
     assert sorted(e.source for e in result.errors) == ["cpu", "kernel"]
+
+
+# -- libfprint's recordings: vendor-class readers NFD labels with its defaults -------------------
+def test_synaptics_reader_is_labelled_as_nfd_labels_it(tmp_path):
+    """06cb:00bd (Synaptics "Prometheus MIS Touch Fingerprint Reader") has bDeviceClass ff, in
+    NFD's default whitelist: one instance, label class_vendor_device.  The root hub is 09; the
+    xHCI 8086:9ded (0x0c0330) is not in the default PCI whitelist."""
+    host = HostFS(str(replay("libfprint-synaptics", tmp_path)))
+    result = discover(host, DiscoveryConfig())
+    assert nfd_view(result.features["usb.device"].instances, USB_KEYS) == as_counter([
+        {"class": "ff", "vendor": "06cb", "device": "00bd", "serial": "c087f7d72126"},
+        {"class": "09", "vendor": "1d6b", "device": "0002", "serial": "0000:00:14.0"},
+    ])
+    assert nfd_view(result.features["pci.device"].instances, PCI_KEYS) == as_counter([
+        {"class": "0c03", "vendor": "8086", "device": "9ded", "subsystem_vendor": "17aa", "subsystem_device": "2292"},
+    ])
+    assert {k: v for k, v in result.labels.items() if k.startswith((NFD_PREFIX + "usb-", NFD_PREFIX + "pci-"))} == {
+        NFD_PREFIX + "usb-ff_06cb_00bd.present": "true"}
+    # deviceLabelFields [serial, vendor]: NFD orders fields canonically (class vendor device serial)
+    labels = usb.discover(host, usb.Config(device_label_fields=("serial", "vendor"))).labels
+    assert dict(labels) == {NFD_PREFIX + "usb-06cb_c087f7d72126.present": "true"}
+
+
+def test_goodix_reader_of_class_ef_is_labelled_as_nfd_labels_it(tmp_path):
+    """27c6:5840 (Goodix, "Goodix USB2.0 MISC") has bDeviceClass ef (Miscellaneous), in NFD's
+    default whitelist; its serial, ``UIDE1AD5CBA_XXXX_MOC_B0``, joins the label when the label
+    fields name it.  Only the two USB devices were recorded (no PCI)."""
+    host = HostFS(str(replay("libfprint-goodixmoc", tmp_path)))
+    result = discover(host, DiscoveryConfig())
+    assert nfd_view(result.features["usb.device"].instances, USB_KEYS) == as_counter([
+        {"class": "ef", "vendor": "27c6", "device": "5840", "serial": "UIDE1AD5CBA_XXXX_MOC_B0"},
+        {"class": "09", "vendor": "1d6b", "device": "0002", "serial": "0000:00:14.0"},
+    ])
+    assert "pci.device" not in result.features  # no sys/bus/pci at all, as for NFD (listing fails)
+    assert {k: v for k, v in result.labels.items() if k.startswith((NFD_PREFIX + "usb-", NFD_PREFIX + "pci-"))} == {
+        NFD_PREFIX + "usb-ef_27c6_5840.present": "true"}
+    labels = usb.discover(host, usb.Config(device_label_fields=("class", "vendor", "device", "serial"))).labels
+    assert dict(labels) == {NFD_PREFIX + "usb-ef_27c6_5840_UIDE1AD5CBA_XXXX_MOC_B0.present": "true"}
 
 
 def test_tree_builder_lays_out_links_as_umockdev_does(tmp_path):
