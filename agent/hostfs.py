@@ -31,7 +31,7 @@ import sys
 import threading
 from threading import get_ident as _get_ident
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 MAX_ATTR_BYTES = 64 * 1024
 """Largest file the seam reads in one go; sysfs attributes are at most a page."""
@@ -51,6 +51,9 @@ _S_IFMT, _S_IFREG, _S_IFDIR = 0o170000, stat.S_IFREG, stat.S_IFDIR
 _DIR_FLAGS = _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
+#: the methods :meth:`HostFS.read_directory` stands for; a subclass overriding one gets them called
+_COMPOSED = ("resolve", "listdir", "entries", "read_attrs", "link_names", "read_attr", "read_text", "read_bytes",
+             "readlink", "link_name")
 T = TypeVar("T")  # what a directory listing is read into (HostFS._list)
 #: open directory descriptors kept per pass; sources read one directory's files together, so a
 #: small FIFO keeps nearly every hit while staying far below any RLIMIT_NOFILE
@@ -118,6 +121,20 @@ def _openat2(dirfd: int, path: str, flags: int) -> int:
     return fd
 
 
+#: leaf names already checked by :func:`_plain_name` (sources ask for the same few dozen)
+_PLAIN_NAMES: set[str] = set()
+
+
+def _plain_name(name: str) -> bool:
+    """Whether ``name`` is one directory entry (not empty, no ``/``, no NUL, not ``.``/``..``),
+    safe to open relative to its directory's descriptor; remembered when it is."""
+    if not name or "/" in name or "\x00" in name or name == "." or name == "..":
+        return False
+    if len(_PLAIN_NAMES) < 4096:
+        _PLAIN_NAMES.add(name)
+    return True
+
+
 class HostFileError(OSError):
     """A host file exists but could not be read as expected (permissions, I/O, not text)."""
 
@@ -126,6 +143,21 @@ class HostFileError(OSError):
         self.host_path = host_path
         self.reason = reason
         self.missing = missing
+
+
+class DirectoryRead(NamedTuple):
+    """What :meth:`HostFS.read_directory` found in one directory."""
+
+    path: str
+    """The directory's real host path (every link followed inside the root)."""
+    names: frozenset[str] | None
+    """Its entries; empty when it does not exist, ``None`` when it could not be listed."""
+    listing_error: HostFileError | None
+    values: dict[str, str | None]
+    """File name -> stripped text, ``None`` when absent (as :meth:`HostFS.read_attrs`)."""
+    failures: dict[str, HostFileError]
+    links: dict[str, str | None]
+    """Link name -> basename of its target, ``None`` when the entry is no link."""
 
 
 def _read_open(fd: int, host_path: str, max_bytes: int) -> bytes:
@@ -180,6 +212,9 @@ class HostFS:
     #: one sees every file through it: :meth:`read_attrs` then reads one file at a time)
     _plain_reads = True
     _plain_links = True
+    #: resolve directories by reading their links from real parents (:meth:`_canonical`) before
+    #: the kernel's or the Python resolver; tests switch it off to keep both resolvers exercised
+    _walk_links = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -198,8 +233,12 @@ class HostFS:
         self._prefix = "" if str(self.root) == "/" else str(self.root)
         #: host path -> host path with every symlink followed; valid for one discovery pass
         self._resolved: dict[str, str] = {}
-        #: host directory path -> open O_PATH descriptor of it (resolved inside the root); one pass
+        #: host directory path -> open O_PATH descriptor of it (resolved inside the root); one pass,
+        #: least recently used first (:meth:`_canonical` moves what it uses to the end)
         self._dirfds: dict[str, int] = {}
+        #: keys of ``_dirfds`` that are the directory's real host path: opened from the root one
+        #: component at a time, each relative to its parent with ``O_NOFOLLOW`` (no link on the way)
+        self._canon: set[str] = set()
         self._rootfd = -1
         self._real_root: str | None = None
         #: the thread that owns the descriptor cache (the first to read); another thread reading
@@ -211,6 +250,9 @@ class HostFS:
         elif kernel_resolve and not _openat2_available():
             raise OSError(errno.ENOSYS, "openat2 is not available on this kernel")
         self._kernel_resolve = bool(self._prefix) and kernel_resolve
+        #: no seam method a one-go read stands for is overridden (checked per instance: a bench
+        #: or a test may replace methods on its subclass after the class was made)
+        self._plain_seam = all(getattr(type(self), name) is getattr(HostFS, name) for name in _COMPOSED)
 
     # -- path mapping -----------------------------------------------------------------
     @property
@@ -263,6 +305,7 @@ class HostFS:
     def _close_dirfds(self) -> None:
         fds = list(self._dirfds.values())
         self._dirfds.clear()
+        self._canon.clear()
         for fd in fds:
             os.close(fd)
 
@@ -295,6 +338,13 @@ class HostFS:
         fixture as on the machine.  Dangling links resolve to their (missing) target.
         """
         norm = self._normalise(host_path)
+        if self._walk_links and self._prefix and norm != "/" and "\x00" not in norm and self._owns_descriptors():
+            try:
+                found = self._canonical(norm, [0], link_first=True)
+            except OSError:
+                found = None  # missing, dangling or a file: the resolvers below say what it is
+            if found is not None:
+                return found
         if self._kernel_resolve and norm != "/" and "\x00" not in norm and self._owns_descriptors():
             found = self._kernel_resolve_norm(norm)
             if found is not None:
@@ -340,11 +390,113 @@ class HostFS:
             if not kept:
                 os.close(fd)
 
-    def _keep_dirfd(self, directory: str, fd: int) -> None:
+    def _keep_dirfd(self, directory: str, fd: int, canonical: bool = False) -> None:
         if len(self._dirfds) >= _MAX_DIR_FDS:
             oldest = next(iter(self._dirfds))
+            self._canon.discard(oldest)
             os.close(self._dirfds.pop(oldest))
         self._dirfds[directory] = fd
+        if canonical:
+            self._canon.add(directory)
+
+    def _canonical(self, norm: str, hops: list[int], link_first: bool = False) -> str | None:
+        """The real host path of the directory ``norm``, its descriptor open in the cache; links
+        on the way followed inside the root by reading them, not by asking the kernel for a path.
+
+        Why: resolving a device link (``/sys/bus/pci/devices/X -> ../../../devices/.../X``) with
+        ``openat2`` and ``/proc/self/fd`` costs two syscalls through ``ctypes`` and a ``/proc``
+        lookup; here it is one ``readlinkat`` and one ``openat`` of the target's last component.
+
+        Why it stays inside the root: every directory is opened relative to an open directory
+        whose key is its real path (the root, or a directory opened this way), with
+        ``O_DIRECTORY | O_NOFOLLOW``, so no link is ever followed by the kernel.  A link is read
+        (``readlinkat``) and its target walked component by component from the link's real
+        parent (or from the root for an absolute target, as ``RESOLVE_IN_ROOT`` does): ``..``
+        steps to the lexical parent of a real path (which is its real parent; at the root it
+        stays there), every other component goes through this method again.  ``link_first``:
+        ``norm`` is probably a link (``resolve``): read it before trying to open it.
+
+        Raises ``OSError`` where the answer is certain (``ENOENT``: a component is not there;
+        ``ENOTDIR``: a component is a file); ``None`` where the caller's resolver must decide
+        (too many links, permission or other errors, a key already taken by another resolver)."""
+        canon, dirfds = self._canon, self._dirfds
+        if norm in canon:
+            dirfds[norm] = dirfds.pop(norm)  # least recently used goes first
+            return norm
+        found = self._resolved.get(norm)
+        if found is not None and found in canon:
+            dirfds[found] = dirfds.pop(found)
+            return found
+        if norm in dirfds:
+            return None  # opened by another resolver under this name: its real path is unknown
+        if norm == "/":
+            self._keep_dirfd("/", os.open(self._prefix, _DIR_FLAGS), canonical=True)
+            return "/"
+        parent, _, leaf = norm.rpartition("/")
+        base = self._canonical(parent or "/", hops)
+        if base is None:
+            return None
+        child = (base if base != "/" else "") + "/" + leaf
+        if child != norm:  # norm's parent was a link: the entry's real path is below its target
+            found = self._canonical(child, hops, link_first)
+            if found is not None:
+                self._resolved[norm] = found
+            return found
+        parent_fd = dirfds[base]
+        target = None
+        if link_first:
+            try:
+                target = os.readlink(leaf, dir_fd=parent_fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    raise
+                if exc.errno != errno.EINVAL:
+                    return None
+        if target is None:
+            try:
+                fd = os.open(leaf, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    raise
+                if exc.errno != errno.ENOTDIR:
+                    return None
+                if link_first:
+                    raise  # no link (readlink said so) and no directory: a file
+                try:
+                    target = os.readlink(leaf, dir_fd=parent_fd)
+                except OSError as error:
+                    if error.errno == errno.EINVAL:
+                        raise exc from None  # a file
+                    return None
+            else:
+                self._keep_dirfd(child, fd, canonical=True)
+                return child
+        hops[0] += 1
+        if hops[0] > _MAX_LINK_HOPS or "\x00" in target:
+            return None
+        # ".." steps up from a real path (a canonical key); the names between are resolved as one
+        # path by the recursion above (parent first), so a run of names costs one lookup when
+        # its parent is already open
+        current = "/" if target.startswith("/") else base
+        pending: list[str] = []
+        for part in target.split("/"):
+            if not part or part == ".":
+                continue
+            if part != "..":
+                pending.append(part)
+                continue
+            if pending:
+                current = self._canonical((current if current != "/" else "") + "/" + "/".join(pending), hops)
+                if current is None:
+                    return None
+                pending.clear()
+            current = current.rpartition("/")[0] or "/"
+        if pending:
+            current = (current if current != "/" else "") + "/" + "/".join(pending)
+        found = self._canonical(current, hops)  # its last names (or where its ".." ended)
+        if found is not None:
+            self._resolved[norm] = found
+        return found
 
     def _resolve_norm(self, norm: str, hops: list[int]) -> str:
         """Resolve a normalised path: its parent (cached), then its leaf if that is a link.
@@ -371,6 +523,11 @@ class HostFS:
                 if not part or part == ".":
                     continue
                 if part == "..":
+                    if not os.path.isdir(self._under_root(current)):
+                        # the kernel enters a component before ".." leaves it: a missing one (or a
+                        # file) ends the walk there, so the path stays broken ("b/.." is not ".")
+                        current = (current if current != "/" else "") + "/.."
+                        continue
                     current = posixpath.dirname(current)
                 else:
                     current = self._resolve_norm((current if current != "/" else "") + "/" + part, hops)
@@ -395,6 +552,8 @@ class HostFS:
             return fd
         if not self._prefix:
             fd = os.open(directory, _DIR_FLAGS)
+        elif self._walk_links and (found := self._canonical(directory, [0])) is not None:
+            return self._dirfds[found]
         elif directory == "/":
             fd = os.open(self._prefix, _DIR_FLAGS)
         elif self._kernel_resolve and (directory.rpartition("/")[0] or "/") not in self._dirfds:
@@ -560,7 +719,6 @@ class HostFS:
         values: dict[str, str | None] = {}
         failures: dict[str, HostFileError] = {}
         norm = self._normalise(directory)
-        base = "" if norm == "/" else norm
         dirfd = None
         if (self._recorder is None and "\x00" not in norm and type(self)._plain_reads
                 and self._owns_descriptors()):
@@ -568,10 +726,19 @@ class HostFS:
                 dirfd = self._dirfd(norm)
             except (OSError, HostFileError):
                 dirfd = None  # read_attr per file says what is wrong, file by file
+        self._read_leaves(dirfd, "" if norm == "/" else norm, names, values, failures)
+        return values, failures
+
+    def _read_leaves(self, dirfd: int | None, base: str, names: Iterable[str],
+                     values: dict[str, str | None], failures: dict[str, HostFileError]) -> None:
+        """:meth:`read_attrs`' loop: each name opened relative to ``dirfd`` (the open directory
+        ``base``), or through :meth:`read_attr` where that cannot be done safely (``dirfd`` None,
+        an odd name, a leaf that is a link)."""
         flags = _READ_FLAGS | os.O_NOFOLLOW if self._prefix else _READ_FLAGS
         open_, fstat, read, close = os.open, os.fstat, os.read, os.close  # the loop's calls, bound once
+        safe = _PLAIN_NAMES
         for name in names:
-            if dirfd is None or not name or "/" in name or "\x00" in name or name == "." or name == "..":
+            if dirfd is None or (name not in safe and not _plain_name(name)):
                 try:
                     values[name] = self.read_attr(f"{base}/{name}")
                 except HostFileError as exc:
@@ -615,7 +782,81 @@ class HostFS:
                     failures[name] = error
             finally:
                 close(fd)
-        return values, failures
+
+    def read_directory(self, host_path: str, files: Iterable[str] = (), *, optional: Iterable[str] = (),
+                       links: Iterable[str] = (), through_link: bool = False) -> "DirectoryRead":
+        """A device directory in one go: ``host_path`` resolved inside the root (a ``/sys/bus``
+        link is followed), the directory listed once, ``files`` read (:meth:`read_attrs`), the
+        ``optional`` files and the ``links`` (:meth:`link_names`) only where the listing shows
+        them.  Nothing is read when the listing is empty or fails (``names`` empty or ``None``
+        with ``listing_error``): the caller tells a vanished device from an unlistable one.
+
+        Why: for the hundreds of PCI functions and USB devices of a big host, the four calls this
+        stands for paid their path handling and descriptor lookups four times per device; here
+        one descriptor serves the listing, the reads and the links.  It answers exactly as
+        :meth:`resolve`, :meth:`listdir`, :meth:`read_attrs` and :meth:`link_names` called in
+        that order (which is what it does for a subclass that overrides one of them, a recorder,
+        another thread, the live host, or a path whose links need the resolvers).
+        ``through_link``: list and read through ``host_path`` as given rather than through the
+        resolved directory (the same files; errors and recorders name them by the caller's path).
+        :class:`HostFileError` when the path cannot be resolved (a link loop)."""
+        norm = self._normalise(host_path)
+        real = None
+        if (self._prefix and self._walk_links and self._recorder is None and self._plain_seam
+                and norm != "/" and "\x00" not in norm and self._owns_descriptors()):
+            try:
+                real = self._canonical(norm, [0], link_first=True)
+            except OSError:
+                real = None  # missing, dangling, a file: the resolvers say what it is
+        if real is None:
+            return self._read_directory_by_parts(host_path, files, optional, links, through_link)
+        dirfd = self._dirfds[real]
+        try:
+            fd = os.open(".", _LIST_FLAGS, dir_fd=dirfd)
+            try:
+                names = frozenset(os.listdir(fd))
+            finally:
+                os.close(fd)
+        except OSError:
+            return self._read_directory_by_parts(host_path, files, optional, links, through_link)
+        values: dict[str, str | None] = {}
+        failures: dict[str, HostFileError] = {}
+        found: dict[str, str | None] = {}
+        if names:
+            named = norm if through_link else real
+            base = "" if named == "/" else named
+            self._read_leaves(dirfd, base, [*files, *(name for name in optional if name in names)], values, failures)
+            readlink = os.readlink
+            for name in links:
+                if name not in names:
+                    continue
+                if name not in _PLAIN_NAMES and not _plain_name(name):
+                    found[name] = self.link_name(f"{base}/{name}")
+                    continue
+                try:
+                    target = readlink(name, dir_fd=dirfd)
+                except OSError:
+                    found[name] = None
+                    continue
+                found[name] = target.rstrip("/").rpartition("/")[2] if target else None
+        return DirectoryRead(real, names, None, values, failures, found)
+
+    def _read_directory_by_parts(self, host_path: str, files: Iterable[str], optional: Iterable[str],
+                                 links: Iterable[str], through_link: bool) -> "DirectoryRead":
+        real = self.resolve(host_path)
+        named = host_path if through_link else real
+        try:
+            names: frozenset[str] | None = frozenset(self.listdir(named))
+            listing_error = None
+        except HostFileError as exc:
+            names, listing_error = None, exc
+        values: dict[str, str | None] = {}
+        failures: dict[str, HostFileError] = {}
+        found: dict[str, str | None] = {}
+        if names:
+            values, failures = self.read_attrs(named, [*files, *(name for name in optional if name in names)])
+            found = self.link_names(named, [name for name in links if name in names])
+        return DirectoryRead(real, names, listing_error, values, failures, found)
 
     def link_names(self, directory: str, names: Iterable[str]) -> dict[str, str | None]:
         """:meth:`link_name` of several entries of one directory (``driver``, ``iommu_group``...):
@@ -632,7 +873,7 @@ class HostFS:
         found: dict[str, str | None] = {}
         readlink = os.readlink
         for name in names:
-            if dirfd is None or not name or "/" in name or "\x00" in name or name == "." or name == "..":
+            if dirfd is None or (name not in _PLAIN_NAMES and not _plain_name(name)):
                 found[name] = self.link_name(f"{base}/{name}")
                 continue
             try:

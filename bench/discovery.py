@@ -14,8 +14,11 @@ How the baseline (the floor) is built, printed with the figures too:
    resolving every path itself (no Python resolver, no checks): each distinct parent directory
    opened once (``O_PATH``) and every leaf looked up relative to it, then ``open``+one
    ``read``+``close`` per file read (failed opens included where discovery asked for a missing
-   file), ``open``+``getdents`` per listing, ``readlinkat``, ``fstatat``, and
-   ``open(O_PATH)``+``readlink(/proc/self/fd/N)`` per resolution.
+   file), ``open``+``getdents`` per listing, ``readlinkat``, ``fstatat``, and one
+   ``readlinkat`` of the leaf per resolution (a device link's target joined to its parent is the
+   answer; the kernel has already resolved the parent).  Until 2026-11-24 a resolution cost the
+   floor ``open(O_PATH)``+``readlink(/proc/self/fd/N)``+``close``, which is what discovery did;
+   discovery now reads the link instead, so the floor does too (cheaper: a stricter baseline).
 3. Discovery and the floor run alternately in this process, ``--runs`` times each, and the
    same again per source (each source's own operation list), so both see the same cache and
    machine state.  ``discover / floor`` is the price of our Python on top of the I/O the
@@ -177,12 +180,8 @@ def run_floor(plan: list[tuple[str, str, str, int]]) -> None:
                     os.stat(leaf, dir_fd=dirfd, follow_symlinks=False)
                 elif kind == "stat":
                     os.stat(leaf, dir_fd=dirfd)
-                else:  # resolve: the kernel's own walk, then its answer
-                    fd = os.open(leaf, _O_PATH, dir_fd=dirfd)
-                    try:
-                        os.readlink(f"/proc/self/fd/{fd}")
-                    finally:
-                        os.close(fd)
+                else:  # resolve: the leaf's link read relative to its (kernel-resolved) parent
+                    os.readlink(leaf, dir_fd=dirfd)
             except OSError:
                 pass
     finally:
@@ -315,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     print("baseline: the seam operations one discovery pass performed (recorded by a tracing HostFS, outermost "
           "call only), replayed as bare syscalls, the kernel resolving each path, every distinct parent directory "
           "opened once and leaves looked up relative to it (open+read+close, open+getdents, readlinkat, fstatat, "
-          "O_PATH open+readlink for a resolution), interleaved with discovery in this process")
+          "readlinkat of the leaf for a resolution), interleaved with discovery in this process")
     print(f"operations per pass: {len(ops)} ({len(set((k, p) for k, p, _ in ops))} distinct): "
           + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
     print(f"syscalls discovery issued for them: {sum(syscalls.values())}: "

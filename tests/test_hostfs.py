@@ -14,13 +14,22 @@ from agent.hostfs import HostFileError
 from agent.hostfs import HostFS as SeamHostFS
 
 #: every test runs against both ways of confining paths: the kernel's (openat2 with
-#: RESOLVE_IN_ROOT, where this kernel has it) and the Python walk that is its fallback
-RESOLVERS = ["python"] + (["kernel"] if hostfs_module._openat2_available() else [])
+#: RESOLVE_IN_ROOT, where this kernel has it) and the Python walk that is its fallback; each
+#: with the walk over open directories that resolves plain device links before them
+#: (``HostFS._canonical``) and without it, so the resolvers still answer every case themselves
+RESOLVERS = ["python", "python-only"] + (["kernel", "kernel-only"] if hostfs_module._openat2_available() else [])
+
+
+class ResolversOnly(SeamHostFS):
+    """The seam without its link walk over open directories: the resolvers alone."""
+
+    _walk_links = False
 
 
 @pytest.fixture(params=RESOLVERS)
 def HostFS(request):  # noqa: N802 - stands in for the class in every test below
-    return functools.partial(SeamHostFS, kernel_resolve=request.param == "kernel")
+    seam = ResolversOnly if request.param.endswith("-only") else SeamHostFS
+    return functools.partial(seam, kernel_resolve=request.param.startswith("kernel"))
 
 
 @pytest.fixture
@@ -300,3 +309,132 @@ def test_link_names_answer_as_link_name_does_entry_by_entry(tree, HostFS):
     # through a directory that is itself a link (re-rooted inside the root)
     assert HostFS(tree).link_names("/sys/bus/pci/devices/absolute", ["driver"]) == {"driver": "i915"}
     assert HostFS(tree).link_names("/sys/no/such", ["driver"]) == {"driver": None}
+
+
+def test_read_directory_answers_as_its_parts(tmp_path, HostFS):
+    """One-go device read = resolve, listdir, read_attrs of the files (optional ones only where
+    listed), link_names of the listed links: same values, same failures, nothing from outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host\n")
+    root = tmp_path / "root"
+    dev = root / "sys/devices/pci0000:00/0000:00:02.0"
+    dev.mkdir(parents=True)
+    (root / "sys/bus/pci/devices").mkdir(parents=True)
+    (root / "sys/bus/pci/drivers/i915").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc/secret").write_text("inside\n")
+    (dev / "vendor").write_text("0x8086\n")
+    (dev / "junk").write_bytes(b"\xff\xfe\x00\x01")
+    (dev / "subdir").mkdir()
+    os.mkfifo(dev / "fifo")
+    os.symlink("/etc/secret", dev / "absolute")
+    os.symlink(str(outside / "secret"), dev / "escape")
+    os.symlink("../../../../../../outside/secret", dev / "dotdot")
+    os.symlink("../../../bus/pci/drivers/i915", dev / "driver")
+    os.symlink("loop", dev / "loop")
+    os.symlink("../../../devices/pci0000:00/0000:00:02.0", root / "sys/bus/pci/devices/0000:00:02.0")
+    os.symlink("/sys/devices/pci0000:00/0000:00:02.0", root / "sys/bus/pci/devices/absolute")
+    os.symlink("../../../devices/pci0000:00/gone", root / "sys/bus/pci/devices/dangling")
+    os.symlink(str(outside), root / "sys/bus/pci/devices/outside")
+    os.symlink("../../../../etc/secret", root / "sys/bus/pci/devices/file")
+    files = ["vendor", "junk", "subdir", "fifo", "absent", "..", ""]
+    optional = ["absolute", "escape", "dotdot", "loop", "not-there"]
+    links = ["driver", "vendor", "absolute", "missing"]
+    for entry in ["0000:00:02.0", "absolute", "dangling", "outside", "file", "nothing"]:
+        path = f"/sys/bus/pci/devices/{entry}"
+        found = HostFS(root).read_directory(path, files, optional=optional, links=links)
+        parts = HostFS(root)
+        real = parts.resolve(path)
+        try:
+            names = frozenset(parts.listdir(real))
+        except HostFileError:
+            names = None
+        assert (found.path, found.names) == (real, names), entry
+        assert (found.listing_error is None) == (names is not None)
+        if names:
+            values, failures = parts.read_attrs(real, [*files, *(n for n in optional if n in names)])
+            assert found.values == values, entry
+            assert {n: (e.host_path, e.reason) for n, e in found.failures.items()} == \
+                {n: (e.host_path, e.reason) for n, e in failures.items()}, entry
+            assert found.links == parts.link_names(real, [n for n in links if n in names]), entry
+        else:
+            assert found.values == found.failures == found.links == {}
+    found = HostFS(root).read_directory("/sys/bus/pci/devices/0000:00:02.0", files, optional=optional, links=links)
+    assert found.path == "/sys/devices/pci0000:00/0000:00:02.0"
+    assert found.values["vendor"] == "0x8086" and found.values["absolute"] == "inside"
+    assert found.values["escape"] is None and found.values["dotdot"] is None and "not-there" not in found.values
+    assert set(found.failures) >= {"junk", "subdir", "fifo", "loop"}
+    assert found.links == {"driver": "i915", "vendor": None, "absolute": "secret"}
+    assert HostFS(root).read_directory("/sys/bus/pci/devices/outside", ["secret"]).names == frozenset()
+
+
+def test_read_directory_goes_through_a_subclass_s_methods(tree):
+    """A seam that overrides what a one-go read stands for (a tracer, a fault injector) sees each part."""
+    seen = []
+
+    class Watching(SeamHostFS):
+        def resolve(self, host_path):
+            seen.append(("resolve", host_path))
+            return super().resolve(host_path)
+
+        def listdir(self, host_path):
+            seen.append(("listdir", host_path))
+            return super().listdir(host_path)
+
+    found = Watching(tree).read_directory("/sys/bus/pci/devices/0000:00:02.0", ["vendor"], links=["driver"])
+    device = "/sys/devices/pci0000:00/0000:00:02.0"
+    assert (found.path, found.values, found.links) == (device, {"vendor": "0x8086"}, {"driver": "i915"})
+    assert seen == [("resolve", "/sys/bus/pci/devices/0000:00:02.0"), ("listdir", device)]
+
+
+def test_link_walk_resolves_as_the_resolvers_do(tmp_path):
+    """The walk over open directories (links read and followed from their real parent) answers
+    every path as the kernel's and the Python resolver do: chains of links, ``..`` after a
+    link, absolute targets re-rooted, ``..`` stopping at the root, links to files, dangling
+    links and loops."""
+    root = tmp_path
+    (root / "sys/devices/pci0000:00/0000:00:03.0/net/eth0").mkdir(parents=True)
+    (root / "sys/devices/system/cpu/cpu0/topology").mkdir(parents=True)
+    (root / "sys/bus/cpu/devices").mkdir(parents=True)
+    (root / "sys/class/net").mkdir(parents=True)
+    (root / "sys/x").mkdir(parents=True)
+    (root / "sys/x/file").write_text("f\n")
+    os.symlink("../../../devices/system/cpu/cpu0", root / "sys/bus/cpu/devices/cpu0")
+    os.symlink("../../devices/pci0000:00/0000:00:03.0/net/eth0", root / "sys/class/net/eth0")
+    os.symlink("../../../0000:00:03.0", root / "sys/devices/pci0000:00/0000:00:03.0/net/eth0/device")
+    os.symlink("../class/net/eth0/device/../0000:00:03.0/net", root / "sys/x/chain")
+    os.symlink("/sys/bus/cpu/devices/cpu0/topology", root / "sys/x/absolute")
+    os.symlink("../../../../../../../../sys/x", root / "sys/x/up")
+    os.symlink("file", root / "sys/x/tofile")
+    os.symlink("nowhere/deeper", root / "sys/x/dangling")
+    os.symlink("loop2", root / "sys/x/loop1")
+    os.symlink("loop1", root / "sys/x/loop2")
+    os.symlink(".", root / "sys/x/self")
+    os.symlink("..", root / "sys/x/parent")
+    os.symlink("/", root / "sys/x/root")
+    queries = ["/sys/bus/cpu/devices/cpu0/topology", "/sys/class/net/eth0/device", "/sys/class/net/eth0/device/net",
+               "/sys/x/chain", "/sys/x/chain/eth0/device", "/sys/x/absolute", "/sys/x/up/up/file", "/sys/x/tofile",
+               "/sys/x/dangling", "/sys/x/loop1", "/sys/x/self/self/file", "/sys/x/parent/x/root/sys",
+               "/sys/x/root", "/sys/x/up/file"]
+    resolvers = [SeamHostFS(root, kernel_resolve=False), ResolversOnly(root, kernel_resolve=False)]
+    if hostfs_module._openat2_available():
+        resolvers += [SeamHostFS(root, kernel_resolve=True), ResolversOnly(root, kernel_resolve=True)]
+
+    def answers(host, query):
+        found = []
+        for ask in (host.resolve, host.listdir, lambda q: host.read_attr(q + "/file"), host.read_attr):
+            try:
+                found.append(ask(query))
+            except HostFileError as exc:
+                found.append(("error", exc.missing))
+        return found, host.is_dir(query), host.is_file(query), host.exists(query)
+
+    for query in queries:
+        found = [answers(host, query) for host in resolvers]
+        assert all(answer == found[0] for answer in found), (query, found)
+    walk = SeamHostFS(root)
+    assert walk.resolve("/sys/x/chain") == "/sys/devices/pci0000:00/0000:00:03.0/net"
+    assert walk.resolve("/sys/bus/cpu/devices/cpu0/topology") == "/sys/devices/system/cpu/cpu0/topology"
+    assert walk.resolve("/sys/x/up") == "/sys/x" and walk.resolve("/sys/x/root") == "/"
+    assert walk._canon  # the walk really answered (directories opened along real paths)

@@ -90,25 +90,31 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
     """
     host = reader.host
     entry = f"{DEVICES}/{address}"
-    device_dir = reader.resolve(entry)
-    if device_dir is None:
-        return None
     # one listing of the device directory says which optional files and links exist, so
-    # absent ones cost nothing (a function has ~35 entries; most lack sriov_*, physfn, iommu)
+    # absent ones cost nothing (a function has ~35 entries; most lack sriov_*, physfn, iommu);
+    # the directory is resolved, listed and read through one descriptor
     try:
-        present: dict[str, bool] | None = host.entries(device_dir)
-    except HostFileError:
-        present = None
-    if not present and not host.is_dir(device_dir):
-        if host.is_link(entry):
-            reader.error(device_dir, f"device {address} vanished during scan (link target is gone)")
-        else:
-            reader.error(entry, f"{address} is not a device directory; skipped")
+        found = host.read_directory(entry, _MANDATORY_NAMES, optional=_OPTIONAL, links=_LINKS)
+    except HostFileError as exc:
+        reader.error(entry, f"cannot resolve: {exc.reason}")
         return None
-    present = present or {}
+    device_dir = found.path
+    present = found.names
+    if not present:
+        if not host.is_dir(device_dir):
+            if host.is_link(entry):
+                reader.error(device_dir, f"device {address} vanished during scan (link target is gone)")
+            else:
+                reader.error(entry, f"{address} is not a device directory; skipped")
+            return None
+        # a directory that could not be listed: its mandatory files say what is wrong
+        present = frozenset()
+        files = reader.read_attrs(device_dir, _MANDATORY_NAMES)
+        links: Mapping[str, str | None] = {}
+    else:
+        files = PrefetchedAttrs(reader, found.values, found.failures)
+        links = found.links
 
-    # the mandatory files and the optional ones that are there, read together
-    files = reader.read_attrs(device_dir, [*_MANDATORY_NAMES, *(name for name in _OPTIONAL if name in present)])
     attrs: dict[str, str] = {}
     for name, digits in _MANDATORY:
         path = f"{device_dir}/{name}"
@@ -138,8 +144,6 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
             attrs["sriov_totalvfs"] = totalvfs
         else:
             reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
-    # the links a function may have, read together (no link, or none there: None)
-    links = host.link_names(device_dir, [name for name in _LINKS if name in present])
     attrs.update(iommu_attributes(reader, device_dir, present, links))
     attrs.update(extra_attributes(reader, device_dir, address, present, files, links))
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
@@ -164,7 +168,7 @@ def iommu_attributes(reader: AttributeReader, device_dir: str, present: Containe
     if group and group.isdigit():
         # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
         # spares following the link through the whole device path again
-        group_type = reader.attr(f"{IOMMU_GROUPS}/{group}/type")
+        group_type = reader.read_attrs(f"{IOMMU_GROUPS}/{group}", ("type",)).attr("type")
     else:
         group_type = None if group or not has_group else reader.attr(f"{device_dir}/iommu_group/type")
     if group_type:

@@ -17,13 +17,15 @@ driver of its first bound interface (the device itself is always bound to ``usb`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Collection
 
 from agent.features import Feature, Instance, SourceResult, nfd_label
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import DirectoryRead, HostFileError, HostFS
 from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
     AttributeReader,
     MalformedId,
+    PrefetchedAttrs,
     canonical_label_fields,
     device_label,
     first_whitelisted,
@@ -47,6 +49,8 @@ class Config:
 _EXTRA_FILES = ("busnum", "devnum", "devpath", "speed", "manufacturer", "product")
 #: optional files of a device directory, read only when its listing shows them
 _OPTIONAL_FILES = ("bDeviceClass", "serial", *_EXTRA_FILES)
+#: every file of a device directory the source reads, in reading order, each where listed
+_DEVICE_FILES = ("idVendor", "idProduct", *_OPTIONAL_FILES)
 
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
@@ -59,30 +63,39 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             continue  # an interface (<device>:<config>.<interface>); never a device name
         entry = f"{DEVICES}/{name}"
         # one listing says what the device directory holds: which optional files to read, and
-        # its interface directories by name, instead of a failed open per absent file
-        present = reader.entries(entry)
-        if "idProduct" not in present:
+        # its interface directories by name, instead of a failed open per absent file; the
+        # directory is resolved, listed and read through one descriptor
+        try:
+            found = host.read_directory(entry, optional=_DEVICE_FILES, through_link=True)
+        except HostFileError as exc:
+            reader.error(entry, f"unlistable: {exc.reason}")
+            continue
+        if found.listing_error is not None:
+            reader.error(entry, f"unlistable: {found.listing_error.reason}")
+            continue
+        if "idProduct" not in found.names:
             continue  # an interface, or a device that vanished before we looked
-        instances.extend(read_device(reader, name, present))
+        instances.extend(read_device(reader, name, found))
     labels, origins = device_labels(reader, instances, config)
     features = {"device": Feature(instances=instances, origin=DEVICES)}
     return SourceResult(NAME, features, labels, reader.errors, origins)
 
 
-def read_device(reader: AttributeReader, name: str, present: dict[str, bool] | None = None) -> list[Instance]:
+def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None = None) -> list[Instance]:
     """The instances one USB device yields (none, with an error, if its IDs are bad).
 
-    ``present`` is the device directory's listing (name -> is a link); without it the
-    directory is listed here."""
+    ``found`` is the device directory already read (:meth:`HostFS.read_directory` through
+    ``/sys/bus/usb/devices/<name>``); without it the directory is read here."""
     entry = f"{DEVICES}/{name}"
-    if present is None:
-        present = reader.entries(entry)
-    device_dir = reader.resolve(entry)
-    if device_dir is None:
-        return []
-    # the ID files and the optional ones the listing shows, read together
-    files = reader.read_attrs(entry, ["idVendor", "idProduct",
-                                      *(file for file in _OPTIONAL_FILES if file in present)])
+    if found is None:
+        try:
+            found = reader.host.read_directory(entry, optional=_DEVICE_FILES, through_link=True)
+        except HostFileError as exc:
+            reader.error(entry, f"cannot resolve: {exc.reason}")
+            return []
+    device_dir = found.path
+    present = found.names or frozenset()
+    files = PrefetchedAttrs(reader, found.values, found.failures)
     attrs: dict[str, str] = {}
     for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
         if attr == "class":
@@ -134,7 +147,7 @@ def interface_prefixes(name: str) -> tuple[str, ...]:
 
 
 def read_interfaces(reader: AttributeReader, entry: str,
-                    present: dict[str, bool] | None = None) -> list[tuple[str, str | None, str | None]]:
+                    present: Collection[str] | None = None) -> list[tuple[str, str | None, str | None]]:
     """``(name, bInterfaceClass or None if bad, bound driver)`` per ``<devdir>/*/bInterfaceClass``.
 
     Only the children named as interfaces (``<device>:<config>.<interface>``) are looked at:
@@ -146,13 +159,15 @@ def read_interfaces(reader: AttributeReader, entry: str,
     for child in sorted(present):
         if not child.startswith(prefixes):
             continue
-        path = f"{entry}/{child}/bInterfaceClass"
-        try:
-            raw = reader.host.read_attr(path)
-        except HostFileError as exc:
-            reader.error(path, f"unreadable: {exc.reason}")
+        interface = f"{entry}/{child}"
+        values, failures = reader.host.read_attrs(interface, ("bInterfaceClass",))
+        failure = failures.get("bInterfaceClass")
+        path = f"{interface}/bInterfaceClass"
+        if failure is not None:
+            reader.error(path, f"unreadable: {failure.reason}")
             raw = None
         else:
+            raw = values["bInterfaceClass"]
             if raw is None:
                 continue  # no bInterfaceClass: not an interface after all, or gone
         iface_class = None
@@ -161,7 +176,7 @@ def read_interfaces(reader: AttributeReader, entry: str,
                 iface_class = hex_digits(raw, 2, prefixed=False)
             except MalformedId as exc:
                 reader.error(path, f"{exc}; interface skipped")
-        found.append((child, iface_class, reader.link_name(f"{entry}/{child}/driver")))
+        found.append((child, iface_class, reader.host.link_names(interface, ("driver",))["driver"]))
     return found
 
 

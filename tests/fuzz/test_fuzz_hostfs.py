@@ -41,15 +41,23 @@ def test_hostfs_never_escapes_root(tree, queries):
         spec = {p: (("link", n[1].replace("{outside}", str(outside / "secret"))) if n[0] == "link" else n)
                 for p, n in tree.items()}
         build(root, spec)
-        hosts = [HostFS(root, kernel_resolve=False)]
+        # each resolver with and without the link walk over open directories that comes first
+        hosts = [HostFS(root, kernel_resolve=False), WithoutLinkWalk(root, kernel_resolve=False)]
         if hostfs_module._openat2_available():
-            hosts.append(HostFS(root, kernel_resolve=True))
+            hosts += [HostFS(root, kernel_resolve=True), WithoutLinkWalk(root, kernel_resolve=True)]
         for query in queries:
             outcomes = []
             for host in hosts:
                 outcomes.append(_probe(host, root, query))
-            # the kernel's confinement (openat2 RESOLVE_IN_ROOT) and the Python walk agree
+            # the kernel's confinement (openat2 RESOLVE_IN_ROOT), the Python walk and the link
+            # walk over open directories agree
             assert all(o == outcomes[0] for o in outcomes), (query, outcomes)
+
+
+class WithoutLinkWalk(HostFS):
+    """The seam with only the kernel's or the Python resolver (no :meth:`HostFS._canonical`)."""
+
+    _walk_links = False
 
 
 def _probe(host: HostFS, root: Path, query: str) -> tuple:
@@ -72,4 +80,13 @@ def _probe(host: HostFS, root: Path, query: str) -> tuple:
         host.glob(query.rstrip("/") + "/*")
     except HostFileError:
         pass
-    return data, resolved, listing, kinds
+    try:
+        found = host.read_directory(query, ["f", "secret", "link"], optional=["a", "b"], links=["link", "loop"])
+        assert SECRET not in [v.encode() + b"\n" for v in found.values.values() if v is not None]
+        # what was read; not whether a file that could not be read was missing or an error (as
+        # read_bytes above: the Python walk resolves a dangling "b/.." lexically, the kernel not)
+        directory = (found.path, found.names, {n: v for n, v in found.values.items() if v is not None},
+                     found.links, found.listing_error is None)
+    except HostFileError:
+        directory = None
+    return data, resolved, listing, kinds, directory
