@@ -106,6 +106,10 @@ def test_coral_pcie_outside_nfd_class_whitelist_still_matches_by_raw_device():
     ("amd-gpu", {"accelerators/amd-gpu": "true", "accelerators/gpu": "true", "accelerators/amd-gpu.count": "2"}, ["accelerators/nvidia-gpu"]),
     ("intel-server", {INTEL + "qat": "true", INTEL + "sgx": "true"}, ["accelerators/edgetpu", "accelerators/gpu"]),
     ("minimal", {}, ["accelerators/edgetpu", "accelerators/gpu", "boards/raspberry-pi"]),
+    # a real 2006 laptop (systemd's recording): its ATI Mobility FireGL V5250 (1002:71d4) has no
+    # driver bound, so it is a display adapter, not a GPU accelerator (fixture README)
+    ("thinkpad-t60p-recorded", {}, ["accelerators/gpu", "accelerators/amd-gpu", "accelerators/edgetpu",
+                                    "boards/raspberry-pi", "boards/nvidia-jetson", "boards/coral-dev-board"]),
 ])
 def test_catalogue_entries_on_fixtures(case, expected, absent):
     state = plan_fixture(case).state
