@@ -40,17 +40,10 @@ HOME_URL="https://www.debian.org/"
 SUPPORT_URL="https://www.debian.org/support"
 BUG_REPORT_URL="https://bugs.debian.org/"
 """
-MENDEL_EAGLE = """PRETTY_NAME="Mendel GNU/Linux 5 (Eagle)"
-NAME="Mendel GNU/Linux"
-VERSION_ID="5"
-VERSION="5 (eagle)"
-VERSION_CODENAME=eagle
-ID=mendel
-ID_LIKE=debian
-HOME_URL="https://coral.ai/"
-SUPPORT_URL="https://coral.ai/"
-BUG_REPORT_URL="https://coral.ai/"
-"""
+#: Mendel 5.3 "Eagle" (Coral Dev Board), as recorded in saltstack/salt
+#: tests/pytests/unit/grains/test_core.py (test_mendel_os_grains, from Coral's flashcard image):
+#: no VERSION_ID and no VERSION, so NFD labels only the ID (fixtures/recorded/os-release.mendel-5)
+MENDEL_EAGLE = (Path(__file__).resolve().parents[2] / "fixtures/recorded/os-release.mendel-5").read_text()
 RASPBIAN_11 = """PRETTY_NAME="Raspbian GNU/Linux 11 (bullseye)"
 NAME="Raspbian GNU/Linux"
 VERSION_ID="11"
@@ -86,7 +79,7 @@ def run(root: Path, node_name: str = "node-a"):
 @pytest.mark.parametrize("text, labels", [
     (UBUNTU_2204, {"ID": "ubuntu", "VERSION_ID": "22.04", "VERSION_ID.major": "22", "VERSION_ID.minor": "04"}),
     (DEBIAN_12, {"ID": "debian", "VERSION_ID": "12", "VERSION_ID.major": "12"}),
-    (MENDEL_EAGLE, {"ID": "mendel", "VERSION_ID": "5", "VERSION_ID.major": "5"}),
+    (MENDEL_EAGLE, {"ID": "mendel"}),
     (RASPBIAN_11, {"ID": "raspbian", "VERSION_ID": "11", "VERSION_ID.major": "11"}),
 ])
 def test_real_os_release(tmp_path, text, labels):
@@ -95,7 +88,7 @@ def test_real_os_release(tmp_path, text, labels):
     assert result.errors == ()
     assert result.labels == {P + k: v for k, v in labels.items()}
     attrs = result.features["osrelease"].attributes
-    assert attrs["ID"] == labels["ID"] and attrs["VERSION_ID"] == labels["VERSION_ID"]
+    assert attrs["ID"] == labels["ID"] and attrs.get("VERSION_ID") == labels.get("VERSION_ID")
     assert "PRETTY_NAME" in attrs and not attrs["PRETTY_NAME"].startswith('"')
 
 
