@@ -51,6 +51,21 @@ def test_apex_node_without_a_uevent_file_takes_the_class_directory_name():
     assert devices[TPU] == [("pci-0000:01:00.0", ["/dev/apex_0"], "")]
 
 
+def test_recorded_dev_board_serves_its_on_som_tpu():
+    """A real Mendel board (fixtures/sysfs/coral-devboard-vendor-recorded): the TPU in PCI domain
+    0001 behind the second controller, its apex class device under the PCI device, one device."""
+    state, devices = plugin_devices(FIXTURES / "coral-devboard-vendor-recorded")
+    assert devices[TPU] == [("pci-0001:01:00.0", ["/dev/apex_0"], "")]
+    assert not any(found for name, found in devices.items() if name != TPU)
+    assert state.extended_resources[TPU] == "1"
+
+
+def test_dev_board_on_a_mainline_kernel_has_no_tpu_to_serve():
+    """Mainline DT, no PCIe link, no apex driver: nothing to count or hand to a container."""
+    state, devices = plugin_devices(FIXTURES / "coral-devboard-mainline")
+    assert not devices.get(TPU) and TPU not in state.extended_resources
+
+
 def test_a_device_whose_driver_made_no_node_is_unhealthy(tmp_path):
     root = tmp_path / "host"
     shutil.copytree(FIXTURES / "edge-ai", root, symlinks=True)
