@@ -239,6 +239,8 @@ class HostFS:
         #: keys of ``_dirfds`` that are the directory's real host path: opened from the root one
         #: component at a time, each relative to its parent with ``O_NOFOLLOW`` (no link on the way)
         self._canon: set[str] = set()
+        #: real directories whose last child looked up by :meth:`_canonical` was a link
+        self._link_parents: set[str] = set()
         self._rootfd = -1
         self._real_root: str | None = None
         #: the thread that owns the descriptor cache (the first to read); another thread reading
@@ -306,6 +308,7 @@ class HostFS:
         fds = list(self._dirfds.values())
         self._dirfds.clear()
         self._canon.clear()
+        self._link_parents.clear()
         for fd in fds:
             os.close(fd)
 
@@ -444,6 +447,9 @@ class HostFS:
             return found
         parent_fd = dirfds[base]
         target = None
+        # a directory whose last child looked up was a link (/sys/bus/*/devices, /sys/class/*)
+        # most likely holds links only: read first, open only if it is none
+        link_first = link_first or base in self._link_parents
         if link_first:
             try:
                 target = os.readlink(leaf, dir_fd=parent_fd)
@@ -469,8 +475,10 @@ class HostFS:
                         raise exc from None  # a file
                     return None
             else:
+                self._link_parents.discard(base)
                 self._keep_dirfd(child, fd, canonical=True)
                 return child
+        self._link_parents.add(base)
         hops[0] += 1
         if hops[0] > _MAX_LINK_HOPS or "\x00" in target:
             return None
@@ -478,6 +486,17 @@ class HostFS:
         # path by the recursion above (parent first), so a run of names costs one lookup when
         # its parent is already open
         current = "/" if target.startswith("/") else base
+        names = target.lstrip("./")
+        ups = target[:len(target) - len(names)]
+        if (ups == "../" * (len(ups) // 3) and names and names[0] != "." and "/." not in names and "//" not in names
+                and names[-1] != "/"):
+            # the usual sysfs link, "../../../devices/pci0000:00/...": steps up, then names only
+            for _ in range(len(ups) // 3):
+                current = current.rpartition("/")[0] or "/"
+            found = self._canonical((current if current != "/" else "") + "/" + names, hops)
+            if found is not None:
+                self._resolved[norm] = found
+            return found
         pending: list[str] = []
         for part in target.split("/"):
             if not part or part == ".":
@@ -552,7 +571,7 @@ class HostFS:
             return fd
         if not self._prefix:
             fd = os.open(directory, _DIR_FLAGS)
-        elif self._walk_links and (found := self._canonical(directory, [0])) is not None:
+        elif self._walk_links and self._walk_first(directory) and (found := self._canonical(directory, [0])) is not None:
             return self._dirfds[found]
         elif directory == "/":
             fd = os.open(self._prefix, _DIR_FLAGS)
@@ -578,6 +597,22 @@ class HostFS:
                 fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
         self._keep_dirfd(directory, fd)
         return fd
+
+    def _walk_first(self, directory: str) -> bool:
+        """Whether :meth:`_canonical` should open ``directory`` before the kernel's resolver: always
+        without ``openat2``; with it, unless the parent is no open real directory and is itself
+        most likely a link (its own parent's children are): ``cpuN/topology`` below the link
+        ``/sys/bus/cpu/devices/cpuN`` is one confined ``openat2`` for the whole path, where the
+        walk would read the link and open ``cpuN`` and ``topology`` one after the other."""
+        if not self._kernel_resolve:
+            return True
+        parent = directory.rpartition("/")[0] or "/"
+        if parent in self._canon:
+            return True
+        alias = self._resolved.get(parent)
+        if alias is not None and alias in self._canon:
+            return True
+        return (parent.rpartition("/")[0] or "/") not in self._link_parents
 
     def _child_dirfd(self, directory: str) -> int:
         """A directory opened relative to its (cached, or now opened) parent with
@@ -669,7 +704,11 @@ class HostFS:
             # raw descriptors, not io objects: this is the hottest call of a discovery pass;
             # the common case (parent directory open, leaf no link) inline, the rest in _open
             parent, _, leaf = norm.rpartition("/")
-            dirfd = self._dirfds.get(parent) if self._owner == _get_ident() and self._prefix else None
+            dirfd = None
+            if self._owner == _get_ident() and self._prefix:
+                dirfd = self._dirfds.get(parent)
+                if dirfd is None and parent in self._resolved:  # a link this pass followed: its directory
+                    dirfd = self._dirfds.get(self._resolved[parent])
             if dirfd is None or "\x00" in leaf or not leaf:
                 fd = self._open(norm, _READ_FLAGS)
             else:
@@ -733,25 +772,24 @@ class HostFS:
                      values: dict[str, str | None], failures: dict[str, HostFileError]) -> None:
         """:meth:`read_attrs`' loop: each name opened relative to ``dirfd`` (the open directory
         ``base``), or through :meth:`read_attr` where that cannot be done safely (``dirfd`` None,
-        an odd name, a leaf that is a link)."""
+        an odd name, a leaf that is a link).  The hottest loop of a pass (one turn per file):
+        the common case (a sized regular file of plain text) runs on local names only."""
+        if dirfd is None:
+            for name in names:
+                self._read_one(base, name, values, failures)
+            return
         flags = _READ_FLAGS | os.O_NOFOLLOW if self._prefix else _READ_FLAGS
         open_, fstat, read, close = os.open, os.fstat, os.read, os.close  # the loop's calls, bound once
-        safe = _PLAIN_NAMES
+        safe, limit = _PLAIN_NAMES, MAX_ATTR_BYTES
         for name in names:
-            if dirfd is None or (name not in safe and not _plain_name(name)):
-                try:
-                    values[name] = self.read_attr(f"{base}/{name}")
-                except HostFileError as exc:
-                    failures[name] = exc
+            if name not in safe and not _plain_name(name):
+                self._read_one(base, name, values, failures)
                 continue
             try:
                 fd = open_(name, flags, dir_fd=dirfd)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:  # a link: resolved inside the root by the one-file path
-                    try:
-                        values[name] = self.read_attr(f"{base}/{name}")
-                    except HostFileError as error:
-                        failures[name] = error
+                    self._read_one(base, name, values, failures)
                 elif exc.errno in _GONE_ERRNOS:
                     values[name] = None
                 else:
@@ -759,19 +797,24 @@ class HostFS:
                 continue
             try:
                 # _read_open and _attr_text inline for the common case (a regular file that
-                # states its size, one read, plain text); anything else takes them as they are
+                # states its size, one read, UTF-8 without NUL); anything else takes them as
+                # they are, so every refusal and error reads the same
                 status = fstat(fd)
-                if status.st_mode & _S_IFMT == _S_IFREG and status.st_size:
-                    data = read(fd, MAX_ATTR_BYTES)
-                    if len(data) < MAX_ATTR_BYTES:  # a short read is the end of a sized file
-                        if data.isascii() and b"\x00" not in data:
-                            values[name] = data.decode("ascii").strip()
-                        else:
+                if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
+                    data = read(fd, limit)
+                    if len(data) < limit:  # a short read is the end of a sized file
+                        try:
+                            text: str | None = data.decode()
+                        except UnicodeDecodeError:
+                            text = None
+                        if text is not None and "\x00" not in text:
+                            values[name] = text.strip()
+                        else:  # says which: binary content or not UTF-8
                             values[name] = _attr_text(f"{base}/{name}", data).strip()
                         continue
                     os.lseek(fd, 0, os.SEEK_SET)  # a file of MAX_ATTR_BYTES or more: read as read_bytes does
                 path = f"{base}/{name}"
-                values[name] = _attr_text(path, _read_open(fd, path, MAX_ATTR_BYTES)).strip()
+                values[name] = _attr_text(path, _read_open(fd, path, limit)).strip()
             except HostFileError as exc:
                 failures[name] = exc
             except OSError as exc:
@@ -782,6 +825,13 @@ class HostFS:
                     failures[name] = error
             finally:
                 close(fd)
+
+    def _read_one(self, base: str, name: str, values: dict[str, str | None],
+                  failures: dict[str, HostFileError]) -> None:
+        try:
+            values[name] = self.read_attr(f"{base}/{name}")
+        except HostFileError as exc:
+            failures[name] = exc
 
     def read_directory(self, host_path: str, files: Iterable[str] = (), *, optional: Iterable[str] = (),
                        links: Iterable[str] = (), through_link: bool = False) -> "DirectoryRead":

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 from agent.features import SourceError
 from agent.hostfs import HostFileError, HostFS
 
-_HEX_RE = re.compile(r"[0-9a-fA-F]+")
+_HEX_CHARS = "0123456789abcdefABCDEF"
 PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 """A PCI function address as sysfs names it: ``0000:3b:00.0``."""
 
@@ -33,7 +33,9 @@ def hex_digits(raw: str, digits: int, *, prefixed: bool) -> str:
     exact because a wrong length means the file is not what we think it is.
     """
     text = raw[2:] if prefixed and raw[:2] in ("0x", "0X") else raw
-    if len(text) != digits or not _HEX_RE.fullmatch(text):
+    # all hex digits: nothing left once they are stripped (str.strip is one C loop; the
+    # regex it replaced was a fifth of a PCI function's checks)
+    if len(text) != digits or text.strip(_HEX_CHARS):
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
         raise MalformedId(f"not a {digits}-digit hex ID: {shown!r}")
     return text.lower()

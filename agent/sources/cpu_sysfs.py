@@ -142,8 +142,9 @@ def topology(probe: CpuProbe) -> dict[str, str]:
     packages: set[str] = set()
     for cpu in cpus:
         base = f"/sys/bus/cpu/devices/{cpu}/topology"
-        siblings = probe.attr(f"{base}/thread_siblings_list")
-        package = probe.attr(f"{base}/physical_package_id")
+        files = probe.read_attrs(base, ("thread_siblings_list", "physical_package_id"))  # one directory lookup
+        siblings = files.attr("thread_siblings_list")
+        package = files.attr("physical_package_id")
         if siblings is None or package is None:
             probe.error(base, "topology incomplete; hardware_multithreading not reported")
             return {}

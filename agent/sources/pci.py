@@ -15,7 +15,7 @@ a device directory holds can stop the scan.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Container, Mapping
+from typing import Container, Mapping, NamedTuple
 
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
@@ -23,7 +23,6 @@ from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
     AttributeReader,
     MalformedId,
-    PrefetchedAttrs,
     canonical_label_fields,
     device_label,
     first_whitelisted,
@@ -58,8 +57,7 @@ _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 _LINKS = ("iommu_group", "iommu", "driver", "physfn")
 
 
-@dataclass(frozen=True)
-class PciFunction:
+class PciFunction(NamedTuple):
     """One readable PCI function: its instance, and whether ``sriov_totalvfs`` exists (NFD's
     ``sriov.capable`` test, which must hold even when the file's value is unusable)."""
 
@@ -87,6 +85,10 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
     Files are read in the resolved ``/sys/devices/...`` directory: it is the path the
     kernel really exposes (and the one errors should name), and it has no links left to
     follow, which matters for replaying a recorded tree of hundreds of functions.
+
+    This runs for each of a big host's hundreds of functions: the common case (every file
+    there and well-formed) builds no path or message strings; each check that fails says
+    exactly what it did before.
     """
     host = reader.host
     entry = f"{DEVICES}/{address}"
@@ -100,7 +102,9 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
         return None
     device_dir = found.path
     present = found.names
-    if not present:
+    if present:
+        values, failures, links = found.values, found.failures, found.links
+    else:
         if not host.is_dir(device_dir):
             if host.is_link(entry):
                 reader.error(device_dir, f"device {address} vanished during scan (link target is gone)")
@@ -109,66 +113,61 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
             return None
         # a directory that could not be listed: its mandatory files say what is wrong
         present = frozenset()
-        files = reader.read_attrs(device_dir, _MANDATORY_NAMES)
-        links: Mapping[str, str | None] = {}
-    else:
-        files = PrefetchedAttrs(reader, found.values, found.failures)
-        links = found.links
+        values, failures = host.read_attrs(device_dir, _MANDATORY_NAMES)
+        links = {}
 
     attrs: dict[str, str] = {}
     for name, digits in _MANDATORY:
-        path = f"{device_dir}/{name}"
-        raw = reader.required_value(path, files.values.get(name), files.failures.get(name),
-                                    f"device {address} skipped")
-        if raw is None:
+        raw = values.get(name)
+        if not raw:  # missing, empty or unreadable: say which, and skip the device
+            reader.required_value(f"{device_dir}/{name}", raw, failures.get(name), f"device {address} skipped")
             return None
         try:
             value = hex_digits(raw, digits, prefixed=True)
         except MalformedId as exc:
-            reader.error(path, f"{exc}; device {address} skipped")
+            reader.error(f"{device_dir}/{name}", f"{exc}; device {address} skipped")
             return None
         attrs[name] = value[:4] if name == "class" else value
 
     has_sriov_file = False
-    totalvfs = None
     if "sriov_totalvfs" in present:
-        failure = files.failures.get("sriov_totalvfs")
+        failure = failures.get("sriov_totalvfs")
         if failure is not None:
             has_sriov_file = True
             reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {failure.reason}")
         else:
-            totalvfs = files.values.get("sriov_totalvfs")
+            totalvfs = values.get("sriov_totalvfs")
             has_sriov_file = totalvfs is not None
-    if totalvfs:
-        if is_decimal(totalvfs):
-            attrs["sriov_totalvfs"] = totalvfs
-        else:
-            reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
-    attrs.update(iommu_attributes(reader, device_dir, present, links))
-    attrs.update(extra_attributes(reader, device_dir, address, present, files, links))
+            if totalvfs:
+                if is_decimal(totalvfs):
+                    attrs["sriov_totalvfs"] = totalvfs
+                else:
+                    reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
+    add_iommu_attributes(attrs, reader, device_dir, present, links)
+    add_extra_attributes(attrs, reader, device_dir, address, values, failures, links)
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
 
 
-def iommu_attributes(reader: AttributeReader, device_dir: str, present: Container[str] | None = None,
-                     links: Mapping[str, str | None] | None = None) -> dict[str, str]:
+def add_iommu_attributes(attrs: dict[str, str], reader: AttributeReader, device_dir: str, present: Container[str],
+                         links: Mapping[str, str | None]) -> None:
     """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version`` (plus our group
-    number).  On a real host both are links and are checked first, so the common no-IOMMU
-    case costs no failed reads; when they are not links the files are read through the
-    path as NFD does (``readSinglePciAttribute``), which covers a tree where they are plain
-    directories, as in NFD's own ``testdata/source/pci``.  ``present``: the device directory's
-    entries, when the caller listed it (absent entries are not tried); ``links``: its links'
-    target names, when the caller read them (:meth:`HostFS.link_names`)."""
-    attrs: dict[str, str] = {}
-
-    def link(name: str) -> str | None:
-        return links.get(name) if links is not None else reader.link_name(f"{device_dir}/{name}")
-
-    has_group = present is None or "iommu_group" in present
-    group = link("iommu_group") if has_group else None
+    number), added to ``attrs``.  On a real host both are links and are checked first, so the
+    common no-IOMMU case costs no failed reads; when they are not links the files are read
+    through the path as NFD does (``readSinglePciAttribute``), which covers a tree where they
+    are plain directories, as in NFD's own ``testdata/source/pci``.  ``present``: the device
+    directory's entries (absent entries are not tried); ``links``: its links' target names
+    (:meth:`HostFS.read_directory`)."""
+    has_group = "iommu_group" in present
+    if not has_group and "iommu" not in present:
+        return  # neither link: nothing to read (the common case without an IOMMU)
+    group = links.get("iommu_group") if has_group else None
     if group and group.isdigit():
         # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
         # spares following the link through the whole device path again
-        group_type = reader.read_attrs(f"{IOMMU_GROUPS}/{group}", ("type",)).attr("type")
+        values, failures = reader.host.read_attrs(f"{IOMMU_GROUPS}/{group}", ("type",))
+        group_type = values.get("type")
+        if "type" in failures:
+            reader.error(failures["type"].host_path, f"unreadable: {failures['type'].reason}")
     else:
         group_type = None if group or not has_group else reader.attr(f"{device_dir}/iommu_group/type")
     if group_type:
@@ -176,62 +175,53 @@ def iommu_attributes(reader: AttributeReader, device_dir: str, present: Containe
     if group:
         attrs["iommu_group"] = group
     # a device has an ``iommu`` only with an ``iommu_group``: no group, no second read
-    if present is not None and "iommu" not in present:
-        return attrs
-    if link("iommu") or (group_type and not group):
+    if "iommu" not in present:
+        return
+    if links.get("iommu") or (group_type and not group):
         version = reader.attr(f"{device_dir}/iommu/intel-iommu/version")
         if version:
             attrs["iommu/intel-iommu/version"] = version
-    return attrs
 
 
-def extra_attributes(reader: AttributeReader, device_dir: str, address: str,
-                     present: Container[str] | None = None,
-                     files: PrefetchedAttrs | None = None,
-                     links: Mapping[str, str | None] | None = None) -> dict[str, str]:
-    """Our additions: what a device count or a driver-aware rule needs.  ``files``: the
-    device's files already read (:meth:`AttributeReader.read_attrs`), else each is read here."""
-    extra = {"address": address}
-
-    def there(name: str) -> bool:
-        return present is None or name in present
+def add_extra_attributes(attrs: dict[str, str], reader: AttributeReader, device_dir: str, address: str,
+                         values: Mapping[str, str | None], failures: Mapping[str, HostFileError],
+                         links: Mapping[str, str | None]) -> None:
+    """Our additions, added to ``attrs``: what a device count or a driver-aware rule needs.
+    ``values``/``failures``: the device's files as read (:meth:`HostFS.read_directory`); a file
+    that could not be read is reported when its value is asked for, in this order."""
+    attrs["address"] = address
+    driver = links.get("driver")
+    if driver:
+        attrs["driver"] = driver
+    physfn = links.get("physfn")
+    if physfn:
+        attrs["physfn"] = physfn
 
     def read(name: str) -> str | None:
-        if files is not None:
-            return files.attr(name)
-        return reader.attr(f"{device_dir}/{name}") if there(name) else None
+        failure = failures.get(name)
+        if failure is not None:
+            reader.error(failure.host_path, f"unreadable: {failure.reason}")
+            return None
+        return values.get(name)
 
-    def link(name: str) -> str | None:
-        if links is not None:
-            return links.get(name)
-        return reader.link_name(f"{device_dir}/{name}") if there(name) else None
-
-    driver = link("driver")
-    if driver:
-        extra["driver"] = driver
-    physfn = link("physfn")
-    if physfn:
-        extra["physfn"] = physfn
-
-    numa = read("numa_node")
+    numa = read("numa_node") if failures else values.get("numa_node")
     if numa is not None and numa != "-1":
         if is_decimal(numa):
-            extra["numa_node"] = str(int(numa))
+            attrs["numa_node"] = str(int(numa))
         else:
             reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
-    revision = read("revision")
+    revision = read("revision") if failures else values.get("revision")
     if revision is not None:
         try:
-            extra["revision"] = hex_digits(revision, 2, prefixed=True)
+            attrs["revision"] = hex_digits(revision, 2, prefixed=True)
         except MalformedId as exc:
             reader.error(f"{device_dir}/revision", str(exc))
-    numvfs = read("sriov_numvfs")
+    numvfs = read("sriov_numvfs") if failures else values.get("sriov_numvfs")
     if numvfs is not None:
         if is_decimal(numvfs):
-            extra["sriov_numvfs"] = str(int(numvfs))
+            attrs["sriov_numvfs"] = str(int(numvfs))
         else:
             reader.error(f"{device_dir}/sriov_numvfs", f"not a VF count: {numvfs[:40]!r}")
-    return extra
 
 
 def device_labels(

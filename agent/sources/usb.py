@@ -121,7 +121,7 @@ def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None 
         if value:
             attrs[file] = value
 
-    interfaces = read_interfaces(reader, entry, present)
+    interfaces = read_interfaces(reader, entry, present, device_dir)
     if attrs.get("class") != "00":
         driver = next((drv for _, _, drv in interfaces if drv), None)
         if driver:
@@ -146,23 +146,23 @@ def interface_prefixes(name: str) -> tuple[str, ...]:
     return (f"{name}:",)
 
 
-def read_interfaces(reader: AttributeReader, entry: str,
-                    present: Collection[str] | None = None) -> list[tuple[str, str | None, str | None]]:
+def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str] | None = None,
+                    device_dir: str | None = None) -> list[tuple[str, str | None, str | None]]:
     """``(name, bInterfaceClass or None if bad, bound driver)`` per ``<devdir>/*/bInterfaceClass``.
 
     Only the children named as interfaces (``<device>:<config>.<interface>``) are looked at:
-    a device directory holds some thirty other entries, none of which has ``bInterfaceClass``."""
+    a device directory holds some thirty other entries, none of which has ``bInterfaceClass``.
+    ``device_dir``: where ``entry`` resolves to, when the caller knows; the interfaces are read
+    there (errors still name them below ``entry``)."""
     if present is None:
         present = reader.entries(entry)
     prefixes = interface_prefixes(entry.rsplit("/", 1)[1])
     found = []
-    for child in sorted(present):
-        if not child.startswith(prefixes):
-            continue
-        interface = f"{entry}/{child}"
+    for child in sorted(name for name in present if ":" in name and name.startswith(prefixes)):
+        interface = f"{device_dir or entry}/{child}"
         values, failures = reader.host.read_attrs(interface, ("bInterfaceClass",))
         failure = failures.get("bInterfaceClass")
-        path = f"{interface}/bInterfaceClass"
+        path = f"{entry}/{child}/bInterfaceClass"
         if failure is not None:
             reader.error(path, f"unreadable: {failure.reason}")
             raw = None
