@@ -118,7 +118,9 @@ def connect(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from agent.runtime.agent import Agent
+    from agent.runtime.heap import limit_malloc_arenas
 
+    limit_malloc_arenas()  # before any thread starts (agent.runtime.heap)
     settings = settings_from_args(args)
     api = connect(args)
     stop = threading.Event()
