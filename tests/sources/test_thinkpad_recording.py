@@ -11,8 +11,12 @@ named from hwdata's ``pci.ids`` 2023.04.10 and ``usb.ids`` 2025.07.26.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +25,7 @@ from agent.config import discovery_config, selected_sources
 from agent.discovery import discover
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
+from agent.snapshot import RecordingHostFS
 from tests.conftest import FIXTURES, REPO
 
 ROOT = FIXTURES / "thinkpad-t60p-recorded"
@@ -235,3 +240,98 @@ def test_extractor_refuses_another_version_of_the_script(tmp_path):
     script.write_bytes(MINI_SCRIPT)
     assert _extractor().main([str(script), str(tmp_path / "out")]) == 1
     assert not (tmp_path / "out").exists()
+
+
+# -- the committed recording: the cut is the extractor's output, and it is complete --------------
+#: ``git hash-object`` of systemd's test/sys-script.py as fetched (README), written here rather
+#: than read from the extractor so that a changed constant there cannot pass this check.
+SYSTEMD_SCRIPT_BLOB = "e9ce6653135258449560d62ce0f50db3b4d5cb79"
+SCRIPT_XZ = REPO / "fixtures" / "recorded" / "sources" / "systemd-sys-script.py.xz"
+
+
+@pytest.fixture(scope="module")
+def script() -> bytes:
+    import lzma
+
+    return lzma.decompress(SCRIPT_XZ.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def whole(script, tmp_path_factory) -> Path:
+    """Every d/f/l entry of the recording, materialized as data (the script is never run)."""
+    extractor = _extractor()
+    recording = extractor.parse(script)
+    out = tmp_path_factory.mktemp("t60p-whole")
+    extractor.write(recording, extractor.everything(recording), out)
+    return out
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root/sys``, links not followed: ("dir",), ("file", bytes) or ("link", target)."""
+    entries: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root / "sys"):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                entries[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                entries[rel] = ("dir",)
+            else:
+                entries[rel] = ("file", path.read_bytes())
+    return entries
+
+
+def test_committed_script_is_systemds_blob(script):
+    """The committed .xz decompresses to exactly the blob the README names (LGPL-2.1-or-later)."""
+    assert hashlib.sha1(b"blob %d\0" % len(script) + script).hexdigest() == SYSTEMD_SCRIPT_BLOB
+    assert len(script) == 1_190_529
+    header = script.decode().splitlines()[:7]
+    assert header[1] == "# SPDX-License-Identifier: LGPL-2.1-or-later"
+    assert header[5] == "# © 2017 Canonical Ltd."
+
+
+def test_committed_tree_is_the_extractors_output(tmp_path):
+    """Run as a person would (`extract_sys_script.py <the .xz> OUT`): files, directories and symlink
+    targets under sys/ equal the committed fixture's, byte for byte; nothing else is committed."""
+    assert _extractor().main([str(SCRIPT_XZ), str(tmp_path)]) == 0
+    fresh, committed = tree(tmp_path), tree(ROOT)
+    assert len(committed) > 1000 and sum(kind == ("dir",) for kind in committed.values()) > 50
+    differing = sorted(k for k in fresh.keys() | committed.keys() if fresh.get(k) != committed.get(k))
+    assert not differing, f"run `python fixtures/recorded/extract_sys_script.py`: {differing[:10]}"
+    assert sorted(p.name for p in ROOT.iterdir()) == ["README.md", "expected.json", "sys"]
+
+
+def test_whole_recording_discovers_exactly_as_the_cut(whole, result):
+    """Discovery on the laptop's whole recorded /sys gives the same features, labels and errors
+    as on the cut: nothing a source reads was left out."""
+    entries = tree(whole)
+    assert Counter(kind[0] for kind in entries.values()) == {"file": 7991, "link": 1592, "dir": 1632}
+    assert "sys/module" in entries and "sys/module" not in tree(ROOT)  # really more than the cut
+    args = build_parser().parse_args(["discover", "--host-root", str(whole), "--node-name", "fixture-node"])
+    on_whole = discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
+    assert json.dumps(on_whole.to_json(), sort_keys=True) == json.dumps(result.to_json(), sort_keys=True)
+
+
+def test_whole_recording_reads_nothing_outside_the_cut(whole):
+    """Every path discovery touches on the whole recording resolves, in the cut, to the same place
+    with the same kind and bytes (or is absent from both) — but one: cpuidle's
+    ``current_driver`` (``acpi_idle``; NFD's cstate needs ``intel_idle``, so it yields nothing
+    either way: the test above), left out with the rest of the CPU.  Entries of listed
+    directories that nobody read through (``subsystem``, ``power``, ``ep_00``, ...) are the only
+    other difference, and they are not touched."""
+    args = build_parser().parse_args(["discover", "--host-root", str(whole), "--node-name", "fixture-node"])
+    host = RecordingHostFS(whole)
+    discover(host, discovery_config(args), selected_sources(args))
+
+    def seen(root: Path, host_path: str):
+        real = Path(os.path.realpath(root / host_path.lstrip("/")))
+        if not real.exists():
+            return None
+        place = real.relative_to(root.resolve()).as_posix()
+        return (place, "dir") if real.is_dir() else (place, real.read_bytes())
+
+    assert len(host.touched) > 300 and len(host.contents) > 200
+    differing = {p: seen(whole, p) for p in host.touched if seen(whole, p) != seen(ROOT, p)}
+    assert differing == {"/sys/devices/system/cpu/cpuidle/current_driver": (
+        "sys/devices/system/cpu/cpuidle/current_driver", b"acpi_idle\n")}
