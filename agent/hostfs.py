@@ -112,13 +112,26 @@ def _openat2(dirfd: int, path: str, flags: int) -> int:
 
         struct = _OPEN_HOW(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         how = _HOWS[flags] = (struct, ctypes.byref(struct), ctypes.sizeof(struct))
-    fd = _SYSCALL(_SYS_OPENAT2, dirfd, path.encode("utf-8", "surrogateescape"), how[1], how[2])
-    if fd < 0:
+    encoded = path.encode("utf-8", "surrogateescape")
+    for _attempt in range(_EAGAIN_TRIES):
+        fd = _SYSCALL(_SYS_OPENAT2, dirfd, encoded, how[1], how[2])
+        if fd >= 0:
+            return fd
         import ctypes
 
         code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), path)
-    return fd
+        if code != errno.EAGAIN:
+            break
+    raise OSError(code, os.strerror(code), path)
+
+
+_EAGAIN_TRIES = 64
+"""openat2(2): with ``RESOLVE_IN_ROOT`` a lookup that steps through ``..`` fails with EAGAIN
+when a rename or mount anywhere on the system raced it ("the caller may choose to retry").
+sysfs links are full of ``..`` and a node renames files all the time (kubelet, runtimes, log
+rotation): without the retry one CPU's topology read as missing under load and the cpu
+source dropped ``cpu-hardware_multithreading`` until the next pass (bench/fleet.py's idle
+sample showed the label flapping). A retry is one syscall; 64 outlast a rename loop."""
 
 
 #: leaf names already checked by :func:`_plain_name` (sources ask for the same few dozen)

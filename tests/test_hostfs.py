@@ -438,3 +438,36 @@ def test_link_walk_resolves_as_the_resolvers_do(tmp_path):
     assert walk.resolve("/sys/bus/cpu/devices/cpu0/topology") == "/sys/devices/system/cpu/cpu0/topology"
     assert walk.resolve("/sys/x/up") == "/sys/x" and walk.resolve("/sys/x/root") == "/"
     assert walk._canon  # the walk really answered (directories opened along real paths)
+
+
+@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2: nothing to race")
+def test_reads_through_dotdot_links_survive_renames_elsewhere_on_the_system(tree, tmp_path):
+    """openat2(2): RESOLVE_IN_ROOT fails a lookup through ``..`` with EAGAIN when any rename on
+    the system raced it. A node renames files all the time; the seam retries, so a device
+    link read during a storm of renames (another process, real kernel) is never "missing"."""
+    import subprocess
+    import sys
+    import time
+
+    churn_dir = tmp_path / "churn"
+    churn_dir.mkdir()
+    (churn_dir / "a").write_text("")
+    churn = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "a, b = sys.argv[1] + '/a', sys.argv[1] + '/b'\n"
+        "end = time.monotonic() + 30\n"
+        "while time.monotonic() < end:\n"
+        "    os.rename(a, b); os.rename(b, a)\n"), str(churn_dir)])
+    try:
+        time.sleep(0.2)  # the loop is running
+        host = ResolversOnly(str(tree), kernel_resolve=True)  # the kernel resolves every path
+        missing = 0
+        for _ in range(500):
+            # through the relative link (../../../devices/...): resolved by the kernel from the root
+            if host.read_attr("/sys/bus/pci/devices/0000:00:02.0/vendor") != "0x8086":
+                missing += 1
+            host.clear_cache()
+        assert missing == 0
+    finally:
+        churn.kill()
+        churn.wait()
