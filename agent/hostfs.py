@@ -148,6 +148,14 @@ def _plain_name(name: str) -> bool:
     return True
 
 
+def _is_real_dir(path: str) -> bool:
+    """Whether ``path`` is a directory itself (never following a link)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 class HostFileError(OSError):
     """A host file exists but could not be read as expected (permissions, I/O, not text)."""
 
@@ -555,10 +563,12 @@ class HostFS:
                 if not part or part == ".":
                     continue
                 if part == "..":
-                    if not os.path.isdir(self._under_root(current)):
+                    if not _is_real_dir(self._under_root(current)):
                         # the kernel enters a component before ".." leaves it: a missing one (or a
-                        # file) ends the walk there, so the path stays broken ("b/.." is not ".")
-                        current = (current if current != "/" else "") + "/.."
+                        # file) ends the walk there ("b/.." is not "."), so the path stays broken:
+                        # "b/..." fails as "b/.." does (ENOENT, ENOTDIR) and, unlike "..", no
+                        # lexical normalisation anywhere can turn it into a path that exists
+                        current = (current if current != "/" else "") + "/..."
                         continue
                     current = posixpath.dirname(current)
                 else:
@@ -582,6 +592,16 @@ class HostFS:
         fd = self._dirfds.get(directory)
         if fd is not None:
             return fd
+        parent, _, leaf = directory.rpartition("/")
+        if parent in self._canon and self._walk_links and leaf and leaf != "." and leaf != "..":
+            # the common case of the walk below, inline: a child of an open real directory
+            try:
+                fd = os.open(leaf, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=self._dirfds[parent])
+            except OSError:
+                pass  # a link, a file or not there: the walk says which
+            else:
+                self._keep_dirfd(directory, fd, canonical=True)
+                return fd
         if not self._prefix:
             fd = os.open(directory, _DIR_FLAGS)
         elif self._walk_links and self._walk_first(directory) and (found := self._canonical(directory, [0])) is not None:

@@ -471,3 +471,27 @@ def test_reads_through_dotdot_links_survive_renames_elsewhere_on_the_system(tree
     finally:
         churn.kill()
         churn.wait()
+
+
+def test_dotdot_after_a_missing_or_file_component_stays_broken(tmp_path):
+    """``b/..`` is not ``.``: the kernel enters ``b`` before ``..`` leaves it, so with ``b`` missing
+    (or a file) the path fails.  The Python walk once resolved it lexically (and disagreed with
+    the kernel on ``is_dir``); it must also never hand out a path that a lexical ``realpath``
+    would turn into one outside the root (the fuzz found both)."""
+    (tmp_path / "f").write_text("x\n")
+    os.symlink("b/..", tmp_path / "missing")
+    os.symlink("/b/..", tmp_path / "absolute")
+    os.symlink("f/..", tmp_path / "file")
+    resolvers = [SeamHostFS(tmp_path, kernel_resolve=False), ResolversOnly(tmp_path, kernel_resolve=False)]
+    if hostfs_module._openat2_available():
+        resolvers += [SeamHostFS(tmp_path, kernel_resolve=True), ResolversOnly(tmp_path, kernel_resolve=True)]
+    for query in ("/missing", "/absolute", "/file", "/missing/f", "/absolute/absolute", "/file/f"):
+        for host in resolvers:
+            assert not host.is_dir(query) and not host.is_file(query), (query, host)
+            assert host.read_attr(query + "/f") is None
+            try:
+                assert host.listdir(query) == []  # missing
+            except HostFileError as exc:
+                assert "Not a directory" in exc.reason  # below a file
+            real = os.path.realpath(host.real_path(query))
+            assert real.startswith(str(tmp_path) + os.sep), (query, real)

@@ -116,8 +116,9 @@ def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None 
     if serial:
         attrs["serial"] = serial
     attrs["sysfs_name"] = name
+    values = found.values
     for file in _EXTRA_FILES:
-        value = files.attr(file)
+        value = files.attr(file) if found.failures else values.get(file)  # (attr reports a failure)
         if value:
             attrs[file] = value
 
