@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
-from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal
+from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal, oserror_errno
 
 NAME = "network"
 
@@ -67,8 +67,16 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
 
 def read_attributes(reader: AttributeReader, entry: str, name: str, files) -> dict[str, str]:
     attrs = {"name": name}
+    # the interface's files through one directory lookup (``device/...`` ones take the one-file path)
+    values, failures = reader.host.read_attrs(entry, [file for _, file in files])
     for attr, file in files:
-        value = reader.attr(f"{entry}/{file}", absent_errnos=_NO_VALUE_ERRNOS if attr == "speed" else ())
+        failure = failures.get(file)
+        if failure is not None:
+            # ``speed`` of a down link fails with EINVAL by design: no value, not an error
+            if attr != "speed" or oserror_errno(failure) not in _NO_VALUE_ERRNOS:
+                reader.error(f"{entry}/{file}", f"unreadable: {failure.reason}")
+            continue
+        value = values.get(file)
         if value is not None:
             attrs[attr] = value
     return attrs
