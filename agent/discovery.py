@@ -110,25 +110,32 @@ def _valid_labels(result: SourceResult, config: DiscoveryConfig) -> SourceResult
     """Drop labels Kubernetes would reject, recording why (as NFD does, but not silently);
     then NFD's label filters: a source not in ``core.labelSources`` gives no labels, and a
     label whose name (after the ``/``) the ``core.labelWhiteList`` regexp does not match is
-    left out (NFD logs it at info level; so do we, at debug)."""
+    left out (NFD logs it at info level; so do we, at debug). The label keys of undetermined
+    features go through the same filters, so an earlier answer carried forward never brings
+    back a label the configuration now leaves out."""
     kept: dict[str, str] = {}
     errors = list(result.errors)
     labelled = config.label_sources is None or result.source in config.label_sources
     whitelist = _whitelist(config.label_whitelist)
+
+    def published(key: str) -> bool:
+        return labelled and (whitelist is None or whitelist.search(key.partition("/")[2] or key) is not None)
+
     for key, value in result.labels.items():
         problems = qualified_name_errors(key) + label_value_errors(str(value))
         if problems:
             errors.append(SourceError(result.source, result.label_origins.get(key, ""), f"label {key}={value!r} dropped: {'; '.join(problems)}"))
         elif not labelled:
             continue
-        elif whitelist is not None and whitelist.search(key.partition("/")[2] or key) is None:
+        elif not published(key):
             log.debug("label %s does not match core.labelWhiteList %r; not published", key, config.label_whitelist)
         else:
             kept[key] = str(value)
-    if len(kept) == len(result.labels):
+    undetermined = {name: tuple(k for k in keys if published(k)) for name, keys in result.undetermined.items()}
+    if len(kept) == len(result.labels) and undetermined == dict(result.undetermined):
         return result
     origins = {k: v for k, v in result.label_origins.items() if k in kept}
-    return SourceResult(result.source, result.features, kept, tuple(errors), origins)
+    return SourceResult(result.source, result.features, kept, tuple(errors), origins, undetermined)
 
 
 def _whitelist(pattern: str):

@@ -23,6 +23,16 @@ caller keeps its previous contribution (``agent.runtime.discovery_cache``).
 
 Any source whose result has errors and no features at all, where it had features before, is
 also a wholesale failure (a parse failure of the one file it needs).
+
+An evidence path counts only where it was readable when the previous result was taken: a host
+that never had it (the ``lscpu-*`` recordings have no ``/proc/meminfo``; a minimal container
+root has no ``/etc/os-release``) answers the same every pass and is not a failure, so no
+Warning is posted on every agent's second pass.
+
+Below the whole source, one feature can be undetermined: ``cpu.topology`` when one CPU's
+``topology/`` file cannot be read (NFD then reports no topology at all). That is an error, not
+evidence that the CPUs lost their threads: :func:`carry_undetermined` keeps the previous pass's
+feature and label until a pass reads it again.
 """
 
 from __future__ import annotations
@@ -59,13 +69,41 @@ def _readable(host: HostFS, path: str) -> bool:
     return False
 
 
-def wholesale_failure(host: HostFS, name: str, new: SourceResult, previous: SourceResult | None) -> str | None:
-    """Why ``new`` must not replace ``previous`` (the source failed as a whole), or None."""
+def evidence_readable(host: HostFS, name: str) -> bool:
+    """Whether the source's evidence path reads now (True for a source that has none)."""
+    paths = EVIDENCE.get(name, ())
+    return not paths or any(_readable(host, p) for p in paths)
+
+
+def wholesale_failure(host: HostFS, name: str, new: SourceResult, previous: SourceResult | None, *,
+                      had_evidence: bool = True, readable: bool | None = None) -> str | None:
+    """Why ``new`` must not replace ``previous`` (the source failed as a whole), or None.
+    ``had_evidence``: the evidence path was readable when ``previous`` was taken (an evidence
+    path the host never had is no failure when it is still not there); ``readable``: what
+    :func:`evidence_readable` says now, when the caller already asked."""
     if previous is None or not (previous.features or previous.labels):
         return None  # nothing to keep: an empty answer costs nothing
     paths = EVIDENCE.get(name, ())
-    if paths and not any(_readable(host, p) for p in paths):
+    if paths and had_evidence and not (evidence_readable(host, name) if readable is None else readable):
         return f"{' or '.join(paths)} cannot be read under the host root"
     if new.errors and not new.features and not new.labels:
         return f"only errors this time: {new.errors[0]}"
     return None
+
+
+def carry_undetermined(new: SourceResult, previous: SourceResult | None) -> SourceResult:
+    """``new`` with each undetermined feature answered as ``previous`` answered it: the feature
+    and the labels it gave (only keys ``new`` names, so nothing else comes back); ``new``'s
+    errors stay, so the failed read is still reported. No previous answer: ``new`` as it is."""
+    if not new.undetermined or previous is None:
+        return new
+    features, labels, origins = dict(new.features), dict(new.labels), dict(new.label_origins)
+    for feature, keys in new.undetermined.items():
+        if feature in previous.features and feature not in features:
+            features[feature] = previous.features[feature]
+        for key in keys:
+            if key in previous.labels and key not in labels:
+                labels[key] = previous.labels[key]
+                if key in previous.label_origins:
+                    origins[key] = previous.label_origins[key]
+    return SourceResult(new.source, features, labels, new.errors, origins, new.undetermined)

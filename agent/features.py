@@ -129,12 +129,19 @@ class SourceResult:
     errors: tuple[SourceError, ...] = ()
     #: label key -> host path that supplied its value (for explain)
     label_origins: Mapping[str, str] = field(default_factory=dict)
+    #: feature name -> the label keys it gives, for each feature this pass could not determine
+    #: because a read failed (an error, not evidence of absence: its answer is missing from
+    #: ``features`` and ``labels`` as NFD would leave it out). A caller holding an earlier
+    #: pass keeps that pass's answer (``agent.discovery_evidence.carry_undetermined``).
+    undetermined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", MappingProxyType(dict(self.features)))
         object.__setattr__(self, "labels", frozen_map(self.labels))
         object.__setattr__(self, "errors", tuple(self.errors))
         object.__setattr__(self, "label_origins", frozen_map(self.label_origins))
+        object.__setattr__(self, "undetermined",
+                           MappingProxyType({k: tuple(v) for k, v in dict(self.undetermined).items()}))
 
     def qualified_features(self) -> dict[str, Feature]:
         """Features keyed ``<source>.<feature>`` as rules name them."""

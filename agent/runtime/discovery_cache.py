@@ -2,9 +2,11 @@
 
 ``refresh(None)`` runs every enabled source; ``refresh({"usb", "network"})`` reruns those and
 keeps the cached results of the others. A rerun source that failed as a whole
-(``agent.discovery_evidence``: its evidence path unreadable, or nothing but errors) keeps its
-previous result instead, and is listed in ``degraded`` until it reads again: removal needs
-positive evidence. ``generation`` increases on every refresh whose results differ from the
+(``agent.discovery_evidence``: its evidence path unreadable where it read before, or nothing
+but errors) keeps its previous result instead, and is listed in ``degraded`` until it reads
+again: removal needs positive evidence. Likewise a feature a source could not determine this
+pass (``SourceResult.undetermined``: one CPU's topology file unreadable) keeps its previous
+answer, listed in ``carried`` until a pass reads it again. ``generation`` increases on every refresh whose results differ from the
 last ones, so the loop rebuilds its plan function (the Reconciler caches plans per function)
 only then: a resync that finds the same host does not re-plan hundreds of instances.
 """
@@ -16,7 +18,7 @@ import time
 from typing import Iterable
 
 from agent.discovery import Discovery, DiscoveryConfig, discover
-from agent.discovery_evidence import wholesale_failure
+from agent.discovery_evidence import carry_undetermined, evidence_readable, wholesale_failure
 from agent.hostfs import HostFS
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,10 @@ class DiscoveryCache:
         self.generation = 0
         #: source -> why its previous result is kept (it failed as a whole this time)
         self.degraded: dict[str, str] = {}
+        #: source -> whether its evidence path read when its current result was taken
+        self._had_evidence: dict[str, bool] = {}
+        #: "source.feature" -> the error that left it undetermined; its previous answer is kept
+        self.carried: dict[str, str] = {}
         self.on_degraded = on_degraded  # on_degraded(source, why or None when it recovered)
 
     def refresh(self, sources: Iterable[str] | None) -> tuple[str, ...]:
@@ -77,7 +83,14 @@ class DiscoveryCache:
         results = dict(found.results)
         for name in names:
             previous = self.current.results.get(name) if self.current is not None else None
-            why = wholesale_failure(self.host, name, results[name], previous) if name in results else None
+            why = None
+            if name in results:
+                readable = evidence_readable(self.host, name)
+                why = wholesale_failure(self.host, name, results[name], previous,
+                                        had_evidence=self._had_evidence.get(name, True), readable=readable)
+                if not why:
+                    self._had_evidence[name] = readable
+                    results[name] = self._carry(results[name], previous)
             if why:
                 results[name] = previous
                 if self.degraded.get(name) != why:
@@ -99,6 +112,25 @@ class DiscoveryCache:
             self.generation += 1
         log.debug("rediscovered %s in %.1f ms", ",".join(names), (time.perf_counter() - started) * 1000)
         return names
+
+    def _carry(self, new, previous):
+        """``new`` with its undetermined features answered as last time; logged when that starts
+        and when the feature reads again."""
+        source = new.source
+        for feature in new.undetermined:
+            key = f"{source}.{feature}"
+            if key not in self.carried:
+                why = next((str(e) for e in reversed(new.errors)), "a read failed")
+                kept = previous is not None and feature in previous.features
+                log.warning("%s could not be determined (%s): %s", key, why,
+                            "keeping the previous answer until it reads again" if kept else "no earlier answer to keep",
+                            extra={"event": "feature-undetermined", "change": source})
+                self.carried[key] = why
+        for key in [k for k in self.carried if k.partition(".")[0] == source]:
+            if key.partition(".")[2] not in new.undetermined:
+                del self.carried[key]
+                log.info("%s reads again", key, extra={"event": "feature-recovered", "change": source})
+        return carry_undetermined(new, previous)
 
     def _notify(self, name: str, why: str | None) -> None:
         if self.on_degraded is not None:

@@ -70,12 +70,16 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         for key, value in model_attrs.items():
             _put(labels, origins, f"model.{key}", value, origin)
 
+    undetermined: dict[str, tuple[str, ...]] = {}
     for name, attrs, path in (("cstate", cstate(probe), f"{CPU_SYSFS}/cpuidle"),
                               ("pstate", pstate(probe), f"{CPU_SYSFS}/intel_pstate"),
                               ("security", security(probe, arch, flags), "/sys/module"),
                               ("topology", topology(probe), "/sys/bus/cpu/devices"),
                               ("rdt", rdt(arch, block.raw_flags), origin),
                               ("coprocessor", coprocessor(probe, arch), NX_GZIP_CAPS)):
+        if attrs is None:  # topology, a read failed: unknown this pass, not absent (a caller keeps its last answer)
+            undetermined[name] = (nfd_label(NAME, "hardware_multithreading"),)
+            continue
         if not attrs:
             continue
         features[name] = Feature(attributes=attrs, origin=path)
@@ -89,7 +93,7 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
                 continue
             else:
                 _put(labels, origins, f"{name}.{key}", value, path)
-    return SourceResult(NAME, features, labels, probe.errors, origins)
+    return SourceResult(NAME, features, labels, probe.errors, origins, undetermined)
 
 
 def _put(labels: dict[str, str], origins: dict[str, str], key: str, value: str, origin: str) -> None:

@@ -133,11 +133,15 @@ def _misc_capacity(probe: CpuProbe, resource: str, key: str, attrs: dict[str, st
         return
 
 
-def topology(probe: CpuProbe) -> dict[str, str]:
-    """SMT (any sibling list with ``,`` or ``-``) and socket count; nothing if a CPU is unreadable."""
+def topology(probe: CpuProbe) -> dict[str, str] | None:
+    """SMT (any sibling list with ``,`` or ``-``) and socket count, as NFD's ``discoverTopology``:
+    nothing when a CPU's file cannot be read.  ``None`` (and an error) in that case and when the
+    CPU list cannot be read: the answer is unknown this pass, which is not evidence that the
+    host has no topology (an absent ``/sys/bus/cpu/devices`` is, and gives ``{}``)."""
+    errors_before = len(probe.errors)
     cpus = probe.listdir("/sys/bus/cpu/devices")
     if not cpus:
-        return {}
+        return None if len(probe.errors) > errors_before else {}
     smt = False
     packages: set[str] = set()
     for cpu in cpus:
@@ -146,8 +150,8 @@ def topology(probe: CpuProbe) -> dict[str, str]:
         siblings = files.attr("thread_siblings_list")
         package = files.attr("physical_package_id")
         if siblings is None or package is None:
-            probe.error(base, "topology incomplete; hardware_multithreading not reported")
-            return {}
+            probe.error(base, "topology incomplete; hardware_multithreading not determined this pass")
+            return None
         smt = smt or "," in siblings or "-" in siblings
         packages.add(package)
     return {"hardware_multithreading": "true" if smt else "false", "socket_count": str(len(packages))}

@@ -447,6 +447,32 @@ def test_unreadable_topology_drops_multithreading(tmp_path):
     result = run(tmp_path)
     assert "topology" not in result.features and P + "hardware_multithreading" not in result.labels
     assert any("thread_siblings_list" in e.path for e in result.errors)
+    # unknown this pass, not absent: named so a caller can keep its last answer
+    assert dict(result.undetermined) == {"topology": (P + "hardware_multithreading",)}
+
+
+def test_a_missing_topology_file_is_undetermined_too(tmp_path):
+    """NFD's discoverTopology gives no topology when a CPU's file is missing (os.ReadFile
+    fails): the same here, and the feature is undetermined, not evidence of no SMT."""
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    add_cpus(tmp_path, 4, threads=2)
+    (tmp_path / "sys/devices/system/cpu/cpu3/topology/physical_package_id").unlink()
+    result = run(tmp_path)
+    assert "topology" not in result.features and P + "hardware_multithreading" not in result.labels
+    assert "topology" in result.undetermined
+
+
+def test_no_cpu_list_is_absence_and_an_unlistable_one_is_undetermined(tmp_path):
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    result = run(tmp_path)  # no /sys/bus/cpu/devices at all: nothing to report, nothing unknown
+    assert "topology" not in result.features and not result.undetermined and not result.errors
+    put(tmp_path, "/sys/bus/cpu/devices", "not a directory\n")  # ENOTDIR: cannot be listed
+    result = run(tmp_path)
+    assert "topology" in result.undetermined and any("unlistable" in e.message for e in result.errors)
+    add_cpus_ok = tmp_path / "ok"
+    put(add_cpus_ok, "/proc/cpuinfo", SPR_CPUINFO)
+    add_cpus(add_cpus_ok, 2)
+    assert not run(add_cpus_ok).undetermined  # every file read: determined
 
 
 def test_junk_max_cstate(tmp_path):

@@ -1,0 +1,247 @@
+"""Steady state stays 0 writes (issue 13): a resync that finds the host unchanged writes nothing,
+even when one read fails on the way.
+
+Found in bench/fleet.py's idle sample: ``cpu-hardware_multithreading`` removed and put back a
+second later (2 PATCH + 2 Event). The cause, reproduced here without timing: ``openat2`` with
+``RESOLVE_IN_ROOT`` fails a lookup that steps through ``..`` (every ``/sys/bus/cpu/devices/cpuN``
+link) with EAGAIN when a rename anywhere on the system races it (openat2(2)); one CPU's
+``topology/`` then read as unreadable, the cpu source reported no topology (as NFD's
+``discoverTopology`` does on any read error) and the agent removed the label. Two fixes, each
+tested: the seam retries EAGAIN (``agent.hostfs._openat2``), and a feature a source could not
+determine keeps its previous answer (``SourceResult.undetermined``,
+``agent.discovery_evidence.carry_undetermined``): removal needs positive evidence (issue 10).
+
+Also here: a host that never had an evidence file (the ``lscpu-*`` recordings have no
+``/proc/meminfo``) is not a failing source, so no ``DiscoverySourceFailed`` Warning is posted
+on every agent's second pass; several agents discovering in one process (the bench's layout)
+all get the single-threaded answer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import threading
+
+import pytest
+
+from agent import hostfs as hostfs_module
+from agent.discovery import DiscoveryConfig, discover
+from agent.hostfs import HostFS
+from agent.runtime.discovery_cache import DiscoveryCache
+from agent.sources import cpu
+from tests.conftest import FIXTURES
+from tests.faults.harness import NODE
+from tests.runtime.helpers import wait_for
+
+SMT = "feature.node.kubernetes.io/cpu-hardware_multithreading"
+ALL_SOURCES = ("cpu", "devicetree", "kernel", "local", "memory", "network", "pci", "storage", "system", "usb")
+
+
+def break_file(root, host_path: str):
+    """Make one sysfs attribute unreadable (a directory where the file was: EISDIR, which even
+    root cannot read); returns a function that puts the file back."""
+    path = root / host_path.lstrip("/")
+    content = path.read_bytes()
+    path.unlink()
+    path.mkdir()
+
+    def restore() -> None:
+        path.rmdir()
+        path.write_bytes(content)
+
+    return restore
+
+
+def cpu_topology_file(n: int, name: str = "thread_siblings_list") -> str:
+    return f"/sys/devices/system/cpu/cpu{n}/topology/{name}"
+
+
+# -- the root cause: EAGAIN from openat2, deterministic --------------------------------------
+
+@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2: nothing to retry")
+def test_openat2_eagain_is_retried_and_a_persistent_one_is_an_error_not_missing(monkeypatch):
+    """openat2(2): "EAGAIN ... RESOLVE_IN_ROOT ... the kernel could not ensure that a '..'
+    component didn't escape (due to a race condition...). The caller may choose to retry."
+    The syscall is made to fail exactly as the kernel does (-1, errno EAGAIN) a given number
+    of times: fewer than the seam's tries opens the directory, more is an OSError(EAGAIN) (a
+    read error the caller reports), never ENOENT (which would read as "file missing")."""
+    real, calls = hostfs_module._SYSCALL, []
+
+    def syscall(nr, dirfd, path, how, size):
+        calls.append(path)
+        if len(calls) <= failures:
+            ctypes.set_errno(errno.EAGAIN)
+            return -1
+        return real(nr, dirfd, path, how, size)
+
+    monkeypatch.setattr(hostfs_module, "_SYSCALL", syscall)
+    root = os.open(str(FIXTURES / "coral-usb"), os.O_PATH | os.O_DIRECTORY)
+    try:
+        failures = 3
+        fd = hostfs_module._openat2(root, "sys/bus/cpu/devices/cpu1/topology", hostfs_module._DIR_FLAGS)
+        os.close(fd)
+        assert len(calls) == 4
+        calls.clear()
+        failures = 10 ** 6
+        with pytest.raises(OSError) as caught:
+            hostfs_module._openat2(root, "sys/bus/cpu/devices/cpu1/topology", hostfs_module._DIR_FLAGS)
+        assert caught.value.errno == errno.EAGAIN and len(calls) == hostfs_module._EAGAIN_TRIES
+    finally:
+        os.close(root)
+
+
+# -- the fail-safety: an undetermined feature keeps its previous answer ------------------------
+
+def test_an_unreadable_topology_file_keeps_the_label_until_a_read_shows_otherwise(tmp_path):
+    """DiscoveryCache over a writable coral-usb copy (8 CPUs, SMT on): a pass where one CPU's
+    topology file cannot be read keeps the feature and the label of the pass before (the
+    error is still reported); when it reads again nothing is carried; a successful read that
+    shows SMT off changes the label."""
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ALL_SOURCES)
+    cache.refresh(None)
+    before = cache.current.results["cpu"]
+    assert before.labels[SMT] == "true" and before.features["topology"].attributes["socket_count"] == "1"
+
+    restore = break_file(root, cpu_topology_file(5))
+    for _ in range(2):
+        cache.refresh(None)
+        now = cache.current.results["cpu"]
+        assert now.labels == before.labels and now.features == before.features  # the answer kept
+        assert any("topology incomplete" in e.message for e in now.errors)  # the failure still said
+        assert "cpu.topology" in cache.carried and not cache.degraded
+    restore()
+    cache.refresh(None)
+    assert cache.current.results["cpu"] == before and not cache.carried
+
+    for n in range(8):  # SMT switched off: every CPU its own only sibling (a real answer)
+        (root / cpu_topology_file(n).lstrip("/")).write_text(f"{n}\n")
+    cache.refresh(None)
+    assert cache.current.results["cpu"].labels[SMT] == "false" and not cache.carried
+
+
+def test_an_undetermined_feature_with_no_earlier_answer_is_left_out(tmp_path):
+    """A fresh agent whose first pass cannot read the topology publishes no SMT label (nothing
+    invented), and gives it once a pass reads it."""
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)
+    restore = break_file(root, cpu_topology_file(0, "physical_package_id"))
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ALL_SOURCES)
+    cache.refresh(None)
+    assert SMT not in cache.current.results["cpu"].labels and "topology" not in cache.current.results["cpu"].features
+    restore()
+    cache.refresh(["cpu"])
+    assert cache.current.results["cpu"].labels[SMT] == "true"
+
+
+def test_a_label_the_configuration_leaves_out_is_not_carried_back(tmp_path):
+    """core.labelWhiteList applies to what is carried too: an earlier answer never brings back
+    a label the current configuration does not publish."""
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ["cpu"])
+    cache.refresh(None)
+    assert SMT in cache.current.results["cpu"].labels
+    cache.config = DiscoveryConfig(node_name=NODE, label_whitelist="^cpu-cpuid")
+    break_file(root, cpu_topology_file(2))
+    cache.refresh(None)
+    labels = cache.current.results["cpu"].labels
+    assert SMT not in labels and labels and all(k.startswith("feature.node.kubernetes.io/cpu-cpuid.") for k in labels)
+
+
+def test_a_failing_topology_read_writes_nothing_on_the_node(make_harness, server):
+    """The real agent loop, resync every 0.3 s, Events on: passes that cannot read one CPU's
+    topology send no PATCH and no Event (the bench's flap: 2 PATCH + 2 Event); the label
+    stays. A real change afterwards (SMT off) is written."""
+    h = make_harness(resync_interval=0.3, resync_jitter=0.0, emit_events=True).start()
+    h.wait_converged()
+    assert server.node(NODE)["metadata"]["labels"][SMT] == "true"
+    wait_for(lambda: h.agent.passes >= 2, what="a quiet resync")
+    server.clear_requests()
+    restore = break_file(h.host.root, cpu_topology_file(3))
+    wait_for(lambda: "cpu.topology" in h.agent.discovery.carried, what="a pass that cannot read the topology")
+    passes = h.agent.passes
+    wait_for(lambda: h.agent.passes >= passes + 3, what="three more resyncs with the file unreadable")
+    writes = [r for r in server.requests if r.method in ("PATCH", "PUT", "POST", "DELETE")]
+    assert writes == [], [(r.method, r.path) for r in writes]
+    assert server.node(NODE)["metadata"]["labels"][SMT] == "true"
+    restore()
+    wait_for(lambda: not h.agent.discovery.carried, what="the topology read again")
+    for n in range(8):
+        (h.host.root / cpu_topology_file(n).lstrip("/")).write_text(f"{n}\n")
+    wait_for(lambda: server.node(NODE)["metadata"]["labels"].get(SMT) == "false", what="SMT off published")
+
+
+# -- evidence the host never had is no failure --------------------------------------------------
+
+def test_a_host_that_never_had_an_evidence_file_is_not_degraded_on_later_passes():
+    """lscpu-x86_64-dell_e4310 (util-linux's recording: /proc/cpuinfo and sysfs, no
+    /proc/meminfo, /proc/sys/kernel/osrelease or /etc/os-release) answers the same every pass:
+    no source is degraded and no Warning is raised, on the second pass or any later one."""
+    said = []
+    cache = DiscoveryCache(HostFS(str(FIXTURES / "lscpu-x86_64-dell_e4310")), DiscoveryConfig(node_name=NODE),
+                           ALL_SOURCES, on_degraded=lambda name, why: said.append((name, why)))
+    cache.refresh(None)
+    first = dict(cache.current.results)
+    assert first["memory"].features and first["kernel"].features and first["system"].features
+    for _ in range(3):
+        cache.refresh(None)
+        assert dict(cache.current.results) == first
+    assert said == [] and cache.degraded == {}
+
+
+def test_an_evidence_file_that_was_there_and_goes_still_keeps_the_previous_answer(tmp_path):
+    """The issue 10 rule holds: coral-usb's /proc/meminfo read, then gone: memory is degraded,
+    its features kept, one Warning; back: recovered."""
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)
+    said = []
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ALL_SOURCES,
+                           on_degraded=lambda name, why: said.append((name, why)))
+    cache.refresh(None)
+    before = cache.current.results["memory"]
+    meminfo = root / "proc" / "meminfo"
+    kept = meminfo.read_bytes()
+    meminfo.unlink()
+    cache.refresh(None)
+    cache.refresh(None)
+    assert cache.current.results["memory"] == before and "memory" in cache.degraded
+    assert [name for name, why in said] == ["memory"] and "/proc/meminfo" in said[0][1]
+    meminfo.write_bytes(kept)
+    cache.refresh(None)
+    assert not cache.degraded and said[-1] == ("memory", None)
+
+
+# -- many agents in one process ------------------------------------------------------------------
+
+def test_agents_discovering_in_one_process_get_the_single_threaded_answer():
+    """bench/fleet.py runs 20 agents in one process: each thread with its own seam (as each
+    Agent has), plus one seam shared by two threads (the non-owner path), on the hosts that
+    flapped, all give exactly what one thread alone gives."""
+    cases = ("dgx-usb-lab", "jetson-nano", "coral-usb")
+    config = DiscoveryConfig(node_name=NODE)
+    want = {case: discover(HostFS(str(FIXTURES / case)), config).results for case in cases}
+    shared = HostFS(str(FIXTURES / "jetson-nano"))
+    got: list[tuple[str, dict]] = []
+    lock = threading.Lock()
+
+    def work(case: str, host: HostFS | None) -> None:
+        seam = host or HostFS(str(FIXTURES / case))
+        for _ in range(3):
+            results = discover(seam, config).results
+            with lock:
+                got.append((case, results))
+
+    threads = [threading.Thread(target=work, args=(case, None)) for case in cases * 2]
+    threads += [threading.Thread(target=work, args=("jetson-nano", shared)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(got) == 3 * len(threads)
+    for case, results in got:
+        assert results == want[case], case
