@@ -592,6 +592,9 @@ class HostFS:
         fd = self._dirfds.get(directory)
         if fd is not None:
             return fd
+        real = self._resolved.get(directory)
+        if real is not None and real in self._canon:  # a link this pass followed to an open directory
+            return self._dirfds[real]
         parent, _, leaf = directory.rpartition("/")
         if parent in self._canon and self._walk_links and leaf and leaf != "." and leaf != "..":
             # the common case of the walk below, inline: a child of an open real directory
