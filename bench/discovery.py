@@ -28,7 +28,10 @@ Alongside: the syscalls discovery really issued for that pass (counted by wrappi
 and ``ctypes`` calls of ``agent.hostfs``), so redundant work (a second read per file, a stat
 before every open, failed opens) shows up even though the floor does not pay for it; and the
 whole-process CLI time (``python -m agent discover`` on the same root) next to the bare
-interpreter start-up.  Prints numbers; never asserts (timings on shared machines are noisy).
+interpreter start-up.  ``--fstat-cost`` also times the pass with ``agent.hostfs``'s per-file
+``fstat`` stubbed out (measurement only: that check is what refuses FIFOs and device nodes) and
+says whether that pass found the same result.  Prints numbers; never asserts (timings on shared
+machines are noisy).
 """
 
 from __future__ import annotations
@@ -251,6 +254,42 @@ def count_syscalls(root: Path, config: DiscoveryConfig) -> Counter:
     return counts
 
 
+class _FstatStubbed:
+    """While active, ``agent.hostfs`` reads files without the per-file ``fstat`` (a copy of ``os``
+    whose ``fstat`` answers "regular file of 1 byte" without a syscall; ``HostFS._stat``, which
+    answers ``is_dir`` of a link with a real ``fstat``, keeps the real one).  What the pass would
+    cost without the check that refuses FIFOs and device nodes: measurement only, never a way to
+    run discovery."""
+
+    def __init__(self):
+        import types
+
+        self.stub = types.ModuleType("os")
+        self.stub.__dict__.update(os.__dict__)
+        regular = os.stat_result((0o100644, 0, 0, 1, 0, 0, 1, 0, 0, 0))
+        self.stub.fstat = lambda fd: regular
+        real_stat = HostFS._stat
+
+        def _stat(host, norm):
+            hostfs_module.os = os
+            try:
+                return real_stat(host, norm)
+            finally:
+                hostfs_module.os = self.stub
+
+        self.real_stat, self.stat = real_stat, _stat
+
+    def __enter__(self):
+        hostfs_module.os, HostFS._stat = self.stub, self.stat
+
+    def __exit__(self, *exc):
+        hostfs_module.os, HostFS._stat = os, self.real_stat
+
+
+def _plain_result(root: Path, config: DiscoveryConfig) -> dict:
+    return discover(HostFS(root), config).to_json()
+
+
 def cli_seconds(root: Path, runs: int) -> tuple[float, float]:
     """Median wall time of ``python -m agent discover`` on ``root`` and of a bare interpreter."""
     command = [sys.executable, "-m", "agent", "discover", "--host-root", str(root), "--format", "json",
@@ -285,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", help="any host root instead of a fixture ('/' = this machine)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--cli-runs", type=int, default=5, help="0 skips the whole-process timing")
+    parser.add_argument("--fstat-cost", action="store_true",
+                        help="also time the pass with the per-file fstat stubbed out (measurement only)")
     args = parser.parse_args(argv)
     root = Path(args.root) if args.root else REPO / "fixtures" / "sysfs" / args.case
     config = DiscoveryConfig(node_name="bench-node")
@@ -298,11 +339,21 @@ def main(argv: list[str] | None = None) -> int:
     source_s: dict[str, list[float]] = defaultdict(list)
     source_floor_s: dict[str, list[float]] = defaultdict(list)
     result = None
+    stubbed_s: list[float] = []
+    stubbed = _FstatStubbed() if args.fstat_cost else None
+    same_result = None
+    if stubbed is not None:
+        plain = _plain_result(root, config)
+        with stubbed:
+            same_result = _plain_result(root, config) == plain
     for _ in range(args.runs):
         started = time.perf_counter()
         result = discover(HostFS(root), config)
         discover_s.append(time.perf_counter() - started)
         floor_s.append(timed(run_floor, plan))
+        if stubbed is not None:
+            with stubbed:
+                stubbed_s.append(timed(discover, HostFS(root), config))
         for name in SOURCE_NAMES:
             source_s[name].append(timed(discover, HostFS(root), config, [name]))
             source_floor_s[name].append(timed(run_floor, per_source_plan[name]))
@@ -328,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"discover (all sources): median {d_med * 1000:.1f} ms   p90 {d_p90 * 1000:.1f} ms")
     print(f"floor (same operations): median {f_med * 1000:.1f} ms   p90 {f_p90 * 1000:.1f} ms")
     print(f"ratio discover/floor (medians): {d_med / f_med:.2f}x   (target <= 1.5x)")
+    if stubbed_s:
+        s_med = statistics.median(stubbed_s)
+        print(f"  measurement only: the same pass with agent.hostfs's fstat stubbed out (no check that a file is "
+              f"regular, no size): median {s_med * 1000:.1f} ms, {s_med / f_med:.2f}x; the check costs "
+              f"{(d_med - s_med) * 1000:.1f} ms (stubbed pass found the same result: {'yes' if same_result else 'NO'})")
     print("per source: discover ms / floor ms / ratio / operations")
     for name in SOURCE_NAMES:
         s_med = statistics.median(source_s[name])
