@@ -30,9 +30,11 @@ root has no ``/etc/os-release``) answers the same every pass and is not a failur
 Warning is posted on every agent's second pass.
 
 Below the whole source, one feature can be undetermined: ``cpu.topology`` when one CPU's
-``topology/`` file cannot be read (NFD then reports no topology at all). That is an error, not
-evidence that the CPUs lost their threads: :func:`carry_undetermined` keeps the previous pass's
-feature and label until a pass reads it again.
+``topology/`` file cannot be read (NFD then reports no topology at all), ``storage.block`` when
+one disk's ``queue/rotational`` cannot be read and no other disk showed a non-rotational one.
+That is an error, not evidence that the CPUs lost their threads or the SSD is gone:
+:func:`carry_undetermined` keeps the previous pass's feature and label until a pass reads it
+again.
 """
 
 from __future__ import annotations
@@ -93,16 +95,18 @@ def wholesale_failure(host: HostFS, name: str, new: SourceResult, previous: Sour
 
 def carry_undetermined(new: SourceResult, previous: SourceResult | None) -> SourceResult:
     """``new`` with each undetermined feature answered as ``previous`` answered it: the feature
-    and the labels it gave (only keys ``new`` names, so nothing else comes back); ``new``'s
-    errors stay, so the failed read is still reported. No previous answer: ``new`` as it is."""
+    (in place of what this pass read of it: all of it, or a part such as ``storage.block``
+    without one disk) and the labels it gave (only keys ``new`` names, so nothing else comes
+    back); ``new``'s errors stay, so the failed read is still reported. No previous answer:
+    ``new`` as it is."""
     if not new.undetermined or previous is None:
         return new
     features, labels, origins = dict(new.features), dict(new.labels), dict(new.label_origins)
     for feature, keys in new.undetermined.items():
-        if feature in previous.features and feature not in features:
+        if feature in previous.features:
             features[feature] = previous.features[feature]
         for key in keys:
-            if key in previous.labels and key not in labels:
+            if key in previous.labels:
                 labels[key] = previous.labels[key]
                 if key in previous.label_origins:
                     origins[key] = previous.label_origins[key]

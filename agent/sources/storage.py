@@ -3,7 +3,9 @@
 Reads ``/sys/block/*/queue/{dax,rotational,nr_zones,zoned}`` as ``source/storage/storage.go``
 does.  Like NFD, any block device counts for the label, virtual ones (zram, loop) included.
 Older kernels lack ``dax``/``nr_zones``; a missing queue attribute is simply absent, an
-unreadable one is reported.
+unreadable one is reported.  A device whose ``rotational`` cannot be read (or resolved) leaves
+``block`` and the label undetermined (``SourceResult.undetermined``) unless another device
+already showed a non-rotational disk: a failed read is no evidence that the SSD is gone.
 """
 
 from __future__ import annotations
@@ -33,25 +35,32 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     instances: list[Instance] = []
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
+    unsure = False  # a device whose rotational could not be read
     for name in reader.listdir(BLOCK):
         entry = f"{BLOCK}/{name}"
         origin = reader.resolve(entry)
         if origin is None:
+            unsure = True
             continue
         if not host.is_dir(entry):
             reader.error(origin, f"block device {name} vanished during scan")
             continue
         attrs = {"name": name}
         for attr in QUEUE_ATTRIBUTES:
+            errors_before = len(reader.errors)
             value = reader.attr(f"{entry}/queue/{attr}")
             if value is not None:
                 attrs[attr] = value
+            elif attr == "rotational" and len(reader.errors) > errors_before:
+                unsure = True
         rotational = attrs.get("rotational")
         if rotational is not None and rotational not in ("0", "1"):
             reader.error(f"{entry}/queue/rotational", f"not 0 or 1: {rotational[:40]!r}")
+            unsure = True
         if rotational == "0" and NONROTATIONAL_LABEL not in labels:
             labels[NONROTATIONAL_LABEL] = "true"
             origins[NONROTATIONAL_LABEL] = f"{origin}/queue/rotational"
         instances.append(Instance(attrs, origin))
     features = {"block": Feature(instances=instances, origin=BLOCK)}
-    return SourceResult(NAME, features, labels, reader.errors, origins)
+    undetermined = {"block": (NONROTATIONAL_LABEL,)} if unsure and NONROTATIONAL_LABEL not in labels else {}
+    return SourceResult(NAME, features, labels, reader.errors, origins, undetermined)

@@ -124,6 +124,28 @@ def test_an_unreadable_topology_file_keeps_the_label_until_a_read_shows_otherwis
     assert cache.current.results["cpu"].labels[SMT] == "false" and not cache.carried
 
 
+def test_an_unreadable_rotational_file_keeps_the_ssd_label(tmp_path):
+    """storage on coral-usb (one NVMe disk): its queue/rotational unreadable keeps
+    storage-nonrotationaldisk and the block feature of the pass before; the disk really
+    spinning (rotational 1, read) removes the label."""
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)
+    label = "feature.node.kubernetes.io/storage-nonrotationaldisk"
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ["storage"])
+    cache.refresh(None)
+    before = cache.current.results["storage"]
+    assert before.labels == {label: "true"}
+    rotational = HostFS(str(root)).resolve("/sys/block/nvme0n1") + "/queue/rotational"
+    restore = break_file(root, rotational)
+    cache.refresh(None)
+    now = cache.current.results["storage"]
+    assert now.labels == before.labels and now.features == before.features and "storage.block" in cache.carried
+    restore()
+    (root / rotational.lstrip("/")).write_text("1\n")
+    cache.refresh(None)
+    assert cache.current.results["storage"].labels == {} and not cache.carried
+
+
 def test_an_undetermined_feature_with_no_earlier_answer_is_left_out(tmp_path):
     """A fresh agent whose first pass cannot read the topology publishes no SMT label (nothing
     invented), and gives it once a pass reads it."""

@@ -92,6 +92,7 @@ def test_junk_rotational(tmp_path, rotational, fragment):
     assert [e.path for e in result.errors] == ["/sys/block/nvme0n1/queue/rotational"]
     assert fragment in result.errors[0].message
     assert "nvme0n1" in blocks(result)
+    assert "block" in result.undetermined
 
 
 def test_rotational_is_a_directory(tmp_path):
@@ -100,6 +101,24 @@ def test_rotational_is_a_directory(tmp_path):
     result = run(tmp_path)
     assert [e.message for e in result.errors] == ["unreadable: Is a directory"]
     assert result.labels == {}
+    # a failed read is no evidence the SSD is gone: undetermined, so a caller keeps its last answer
+    assert dict(result.undetermined) == {"block": (LABEL,)}
+
+
+def test_an_unreadable_disk_does_not_undetermine_a_label_another_disk_gives(tmp_path):
+    block(tmp_path, "nvme0n1", NVME, None)
+    (tmp_path / NVME.lstrip("/") / "queue/rotational").mkdir()
+    block(tmp_path, "zram0", "/sys/devices/virtual/block/zram0", "0")
+    result = run(tmp_path)
+    assert result.labels == {LABEL: "true"} and not result.undetermined
+
+
+def test_read_disks_and_a_vanished_one_are_determined(tmp_path):
+    block(tmp_path, "sda", SATA, "1")
+    assert not run(tmp_path).undetermined  # spinning only: a real "no label"
+    block(tmp_path, "sdc", SATA.replace("sda", "sdc"), "0")
+    shutil.rmtree(tmp_path / SATA.replace("sda", "sdc").lstrip("/"))
+    assert not run(tmp_path).undetermined  # gone is gone
 
 
 def test_disk_removed_leaves_dangling_link(tmp_path):
