@@ -31,8 +31,9 @@ Warning is posted on every agent's second pass.
 
 Below the whole source, one feature can be undetermined: ``cpu.topology`` when one CPU's
 ``topology/`` file cannot be read (NFD then reports no topology at all), ``storage.block`` when
-one disk's ``queue/rotational`` cannot be read and no other disk showed a non-rotational one.
-That is an error, not evidence that the CPUs lost their threads or the SSD is gone:
+one disk's ``queue/rotational`` cannot be read and no other disk showed a non-rotational one,
+``network.device`` when a NIC's VF count cannot be read and no other NIC gave the SR-IOV label.
+That is an error, not evidence that the CPUs lost their threads or the SSD or the VFs are gone:
 :func:`carry_undetermined` keeps the previous pass's feature and label until a pass reads it
 again.
 """

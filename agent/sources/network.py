@@ -45,27 +45,39 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         return SourceResult(NAME)
     physical: list[tuple[dict[str, str], str]] = []  # raw attributes: VF counts are judged before cleaning
     virtual: list[Instance] = []
+    unread: set[str] = set()  # VF-count files of some NIC that could not be read (or a NIC not resolved)
     for name in reader.listdir(CLASS_NET):
         if name in _NOT_INTERFACES:
             continue
         entry = f"{CLASS_NET}/{name}"
         origin = reader.resolve(entry)
         if origin is None:
+            unread.update(attr for attr, _key in _SRIOV)
             continue
         if not host.is_dir(entry):
             reader.error(origin, f"interface {name} vanished during scan")
             continue
         if host.exists(f"{entry}/device"):
-            physical.append((read_physical(reader, entry, name), origin))
+            physical.append((read_physical(reader, entry, name, unread), origin))
         else:
             virtual.append(Instance(read_attributes(reader, entry, name, _VIRTUAL_FILES), origin))
-    labels, origins = sriov_labels(reader, physical)
+    labels, origins = sriov_labels(reader, physical, unread)
     features = {"device": Feature(instances=[Instance(attrs, origin) for attrs, origin in physical], origin=CLASS_NET),
                 "virtual": Feature(instances=virtual, origin=CLASS_NET)}
-    return SourceResult(NAME, features, labels, reader.errors, origins)
+    # a VF count that could not be read is no evidence the NIC lost SR-IOV: unless another NIC
+    # already decided the label, the physical devices and that label are undetermined this pass
+    unsure = tuple(nfd_label(NAME, key) for attr, key in _SRIOV if attr in unread and nfd_label(NAME, key) not in labels)
+    undetermined = {"device": unsure} if unsure else {}
+    return SourceResult(NAME, features, labels, reader.errors, origins, undetermined)
 
 
-def read_attributes(reader: AttributeReader, entry: str, name: str, files) -> dict[str, str]:
+#: VF-count file -> the label a count above zero gives
+_SRIOV = (("sriov_totalvfs", "sriov.capable"), ("sriov_numvfs", "sriov.configured"))
+
+
+def read_attributes(reader: AttributeReader, entry: str, name: str, files,
+                    unread: set[str] | None = None) -> dict[str, str]:
+    """The interface's attributes; the name of each whose read failed goes into ``unread``."""
     attrs = {"name": name}
     # the interface's files through one directory lookup (``device/...`` ones take the one-file path)
     values, failures = reader.host.read_attrs(entry, [file for _, file in files])
@@ -75,6 +87,8 @@ def read_attributes(reader: AttributeReader, entry: str, name: str, files) -> di
             # ``speed`` of a down link fails with EINVAL by design: no value, not an error
             if attr != "speed" or oserror_errno(failure) not in _NO_VALUE_ERRNOS:
                 reader.error(f"{entry}/{file}", f"unreadable: {failure.reason}")
+                if unread is not None:
+                    unread.add(attr)
             continue
         value = values.get(file)
         if value is not None:
@@ -82,8 +96,8 @@ def read_attributes(reader: AttributeReader, entry: str, name: str, files) -> di
     return attrs
 
 
-def read_physical(reader: AttributeReader, entry: str, name: str) -> dict[str, str]:
-    attrs = read_attributes(reader, entry, name, _PHYSICAL_FILES)
+def read_physical(reader: AttributeReader, entry: str, name: str, unread: set[str] | None = None) -> dict[str, str]:
+    attrs = read_attributes(reader, entry, name, _PHYSICAL_FILES, unread)
     driver = reader.link_name(f"{entry}/device/driver")
     if driver:
         attrs["driver"] = driver
@@ -93,8 +107,8 @@ def read_physical(reader: AttributeReader, entry: str, name: str) -> dict[str, s
     return attrs
 
 
-def sriov_labels(reader: AttributeReader,
-                 physical: list[tuple[dict[str, str], str]]) -> tuple[dict[str, str], dict[str, str]]:
+def sriov_labels(reader: AttributeReader, physical: list[tuple[dict[str, str], str]],
+                 unread: set[str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """``network-sriov.capable`` / ``.configured`` when some physical NIC has VFs possible / made.
 
     Judged on the file's raw text, not on the cleaned instance attribute: a count with a
@@ -103,12 +117,14 @@ def sriov_labels(reader: AttributeReader,
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
     for attrs, origin in physical:
-        for attr, key in (("sriov_totalvfs", "sriov.capable"), ("sriov_numvfs", "sriov.configured")):
+        for attr, key in _SRIOV:
             value = attrs.get(attr)
             if value is None:
                 continue
             if not is_decimal(value):
                 reader.error(f"{origin}/device/{attr}", f"not a VF count: {value[:40]!r}")
+                if unread is not None:
+                    unread.add(attr)
                 continue
             if int(value) > 0:
                 labels[nfd_label(NAME, key)] = "true"

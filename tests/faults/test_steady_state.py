@@ -146,6 +146,28 @@ def test_an_unreadable_rotational_file_keeps_the_ssd_label(tmp_path):
     assert cache.current.results["storage"].labels == {} and not cache.carried
 
 
+def test_an_unreadable_vf_count_keeps_the_sriov_label(tmp_path):
+    """network on amd-gpu (one SR-IOV capable NIC): its sriov_totalvfs unreadable keeps
+    network-sriov.capable and the device feature of the pass before; a count of 0, read,
+    removes the label."""
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "amd-gpu", root, symlinks=True)
+    label = "feature.node.kubernetes.io/network-sriov.capable"
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ["network"])
+    cache.refresh(None)
+    before = cache.current.results["network"]
+    assert before.labels == {label: "true"}
+    totalvfs = before.label_origins[label]
+    restore = break_file(root, totalvfs)
+    cache.refresh(None)
+    now = cache.current.results["network"]
+    assert now.labels == before.labels and now.features == before.features and "network.device" in cache.carried
+    restore()
+    (root / totalvfs.lstrip("/")).write_text("0\n")
+    cache.refresh(None)
+    assert cache.current.results["network"].labels == {} and not cache.carried
+
+
 def test_an_undetermined_feature_with_no_earlier_answer_is_left_out(tmp_path):
     """A fresh agent whose first pass cannot read the topology publishes no SMT label (nothing
     invented), and gives it once a pass reads it."""

@@ -170,6 +170,26 @@ def test_junk_attributes(tmp_path):
     assert sorted((e.path.rsplit("/", 1)[-1], e.message.split(":")[0]) for e in result.errors) == [
         ("mtu", "unreadable"), ("operstate", "unreadable"), ("sriov_totalvfs", "not a VF count")]
     assert attrs(result, "device")["ens1f0np0"]["sriov_totalvfs"] == "sixteen"  # raw, as NFD keeps it
+    # a damaged VF count is no evidence of "not capable": undetermined, a caller keeps its last answer
+    assert dict(result.undetermined) == {"device": (N + "sriov.capable",)}
+
+
+def test_an_unreadable_vf_count_is_undetermined_unless_another_nic_decides_the_label(tmp_path):
+    server(tmp_path, numvfs="0")
+    numvfs = tmp_path / CX6.lstrip("/") / "sriov_numvfs"
+    numvfs.unlink()
+    numvfs.mkdir()  # EISDIR: unreadable even for root
+    result = run(tmp_path)
+    assert result.labels == {N + "sriov.capable": "true"}  # eno1 and the CX6 both say capable
+    assert dict(result.undetermined) == {"device": (N + "sriov.configured",)}
+    numvfs.rmdir()
+    put(tmp_path, str(CX6) + "/sriov_numvfs", "0\n")
+    assert not run(tmp_path).undetermined  # every count read: a real "not configured"
+    put(tmp_path, E810 + "/sriov_numvfs", "2\n")  # eno1 configured
+    numvfs.unlink()
+    numvfs.mkdir()
+    result = run(tmp_path)
+    assert result.labels[N + "sriov.configured"] == "true" and not result.undetermined
 
 
 def test_interface_removed_leaves_dangling_link(tmp_path):
