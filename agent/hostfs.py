@@ -614,7 +614,7 @@ class HostFS:
         elif self._kernel_resolve and (directory.rpartition("/")[0] or "/") not in self._dirfds:
             # parent not open either (cpuN/topology below the link cpuN): one confined openat2
             # for the whole path instead of opening, failing and resolving each level in turn
-            fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
+            fd = self._confined_open(directory, _DIR_FLAGS)
         else:
             fd = self._child_dirfd(directory)
             if fd >= 0:
@@ -627,7 +627,7 @@ class HostFS:
                 if found_fd is not None and found != directory:
                     fd = os.dup(found_fd)
                 else:
-                    fd = _openat2(self._root_descriptor(), directory[1:], _DIR_FLAGS)
+                    fd = self._confined_open(directory, _DIR_FLAGS)
             else:
                 # every link on the way already followed inside the root: nothing left to follow
                 fd = os.open(self._under_root(self._resolve_norm(directory, [0])), _DIR_FLAGS | os.O_NOFOLLOW)
@@ -686,7 +686,19 @@ class HostFS:
             if exc.errno != errno.ELOOP:
                 raise
         if self._kernel_resolve:
+            return self._confined_open(norm, flags)
+        return os.open(self._under_root(self._resolve_norm(norm, [0])), flags | os.O_NOFOLLOW)
+
+    def _confined_open(self, norm: str, flags: int) -> int:
+        """``openat2`` inside the root; where it still says EAGAIN after its retries (renames
+        elsewhere on the system keep racing a ``..`` step), the Python walk opens the path
+        instead, as on a kernel without ``openat2``: a race is never reported as a read error,
+        and ``is_dir``/``exists`` never take it for an absent file."""
+        try:
             return _openat2(self._root_descriptor(), norm[1:], flags)
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:
+                raise
         return os.open(self._under_root(self._resolve_norm(norm, [0])), flags | os.O_NOFOLLOW)
 
     def _lstat(self, norm: str) -> os.stat_result:
@@ -708,7 +720,7 @@ class HostFS:
         if not self._prefix:
             return os.stat(norm)
         if self._kernel_resolve:
-            fd = _openat2(self._root_descriptor(), norm[1:], _O_PATH | os.O_CLOEXEC)
+            fd = self._confined_open(norm, _O_PATH | os.O_CLOEXEC)
             try:
                 return os.fstat(fd)
             finally:

@@ -93,6 +93,25 @@ def test_openat2_eagain_is_retried_and_a_persistent_one_is_an_error_not_missing(
         os.close(root)
 
 
+@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2: nothing to retry")
+@pytest.mark.parametrize("case", ["coral-usb", "dgx-usb-lab", "jetson-nano", "amd-gpu"])
+def test_openat2_that_never_stops_saying_eagain_gives_the_walks_answer(monkeypatch, case):
+    """A rename storm that outlasts every retry: each openat2 fails with EAGAIN, and the seam
+    opens the path with its Python walk instead (as on a kernel without openat2). Discovery
+    is exactly the walk-only answer: no "vanished during scan" disk (``is_dir`` false), no
+    unreadable topology, no error."""
+    config = DiscoveryConfig(node_name=NODE)
+    want = discover(HostFS(str(FIXTURES / case), kernel_resolve=False), config).results
+
+    def syscall(nr, dirfd, path, how, size):
+        ctypes.set_errno(errno.EAGAIN)
+        return -1
+
+    monkeypatch.setattr(hostfs_module, "_SYSCALL", syscall)
+    got = discover(HostFS(str(FIXTURES / case), kernel_resolve=True), config).results
+    assert got == want
+
+
 # -- the fail-safety: an undetermined feature keeps its previous answer ------------------------
 
 def test_an_unreadable_topology_file_keeps_the_label_until_a_read_shows_otherwise(tmp_path):
