@@ -288,6 +288,9 @@ class HostFS:
         # normpath keeps exactly two leading slashes ("//x" stays "//x", POSIX lets them mean
         # something); resolving such a path recursed forever, so every path gets exactly one.
         # Sources build clean absolute paths: those skip normpath (a quarter of a read's cost).
+        # A *query* is normalised lexically on purpose ("f/." and "f/" read the file f, "b/.." is
+        # "/" even with b missing); the kernel's rule that "x/." or "x/" requires a directory
+        # applies to link *targets*, which the resolvers follow as the kernel does.
         if host_path[:1] == "/" and "//" not in host_path and "/." not in host_path and host_path[-1:] != "/":
             return host_path
         return posixpath.normpath("/" + host_path.lstrip("/"))
@@ -559,9 +562,16 @@ class HostFS:
             self._record(candidate)
             target = os.readlink(real)
             current = "/" if target.startswith("/") else current
+            after_name = False
             for part in target.split("/"):
                 if not part or part == ".":
+                    if after_name and not _is_real_dir(self._under_root(current)):
+                        # "sys/." and "sys/" name a directory: on a file (or nothing) the kernel
+                        # answers ENOTDIR (ENOENT), so the path stays broken as for ".." below
+                        current = (current if current != "/" else "") + "/..."
+                    after_name = False
                     continue
+                after_name = part != ".."
                 if part == "..":
                     if not _is_real_dir(self._under_root(current)):
                         # the kernel enters a component before ".." leaves it: a missing one (or a

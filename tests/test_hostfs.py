@@ -499,3 +499,33 @@ def test_dotdot_after_a_missing_or_file_component_stays_broken(tmp_path):
                 assert "Not a directory" in exc.reason  # below a file
             real = os.path.realpath(host.real_path(query))
             assert real.startswith(str(tmp_path) + os.sep), (query, real)
+
+
+def test_a_link_target_ending_in_slash_or_dot_requires_a_directory(tmp_path, HostFS):
+    """``a -> sys/.`` and ``c -> sys/`` name the directory ``sys``: on a regular file the kernel
+    answers ENOTDIR (``openat2`` under the root and plain ``open`` alike), so no resolver may read
+    the file through them (the Python walk once dropped the ``.`` and read it; the fuzz found it).
+    The expected answers are the kernel's own: plain ``open`` of the same relative links."""
+    (tmp_path / "sys").write_text("inside\n")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "f").write_text("in dir\n")
+    links = {"a": "sys/.", "c": "sys/", "e": "./sys/./", "g": "b/.", "h": "dir/.", "i": "dir/", "j": "i/./"}
+    os.symlink("sys", tmp_path / "b")  # a link to the file, then "/."
+    for name, target in links.items():
+        os.symlink(target, tmp_path / name)
+    host = HostFS(tmp_path)
+    for name in ("a", "c", "e", "g"):
+        with pytest.raises(NotADirectoryError):
+            open(tmp_path / name, "rb")  # the kernel's answer
+        with pytest.raises(HostFileError):
+            host.read_bytes("/" + name)
+        assert host.read_attr("/" + name + "/f") is None
+        assert not host.is_file("/" + name) and not host.is_dir("/" + name)
+        found = host.read_directory("/", optional=[name])
+        assert found.values.get(name) is None, (name, found.values)
+        values, _ = host.read_attrs("/", [name])
+        assert values.get(name) is None
+    for name in ("h", "i", "j"):  # the same on a directory: it is one
+        assert host.is_dir("/" + name)
+        assert host.read_attr("/" + name + "/f") == (tmp_path / name / "f").read_text().strip()
+        assert host.listdir("/" + name) == ["f"]
