@@ -529,3 +529,68 @@ def test_a_link_target_ending_in_slash_or_dot_requires_a_directory(tmp_path, Hos
         assert host.is_dir("/" + name)
         assert host.read_attr("/" + name + "/f") == (tmp_path / name / "f").read_text().strip()
         assert host.listdir("/" + name) == ["f"]
+
+
+def test_read_children_answers_as_read_attrs_and_link_names_child_by_child(tmp_path, HostFS):
+    """Several subdirectories read through one lookup of their parent (a USB device's interfaces):
+    each child's files and links exactly as ``read_attrs`` and ``link_names`` of its path answer —
+    a child that is a link is followed inside the root only, a FIFO refused, junk an error, a
+    file or a missing child gives absent values, odd names never reach ``openat``."""
+    outside = tmp_path / "outside"
+    (outside / "escaped").mkdir(parents=True)
+    (outside / "escaped" / "bInterfaceClass").write_text("ff\n")
+    root = tmp_path / "root"
+    device = root / "sys/devices/usb1/1-2"
+    (root / "sys/bus/usb/drivers/usbhid").mkdir(parents=True)
+    for name, value in {"1-2:1.0": b"03\n", "1-2:1.1": b"\xff\x00", "1-2:1.2": b"0e\n"}.items():
+        (device / name).mkdir(parents=True)
+        (device / name / "bInterfaceClass").write_bytes(value)
+    os.symlink("../../../../bus/usb/drivers/usbhid", device / "1-2:1.0" / "driver")
+    os.symlink("/etc", device / "1-2:1.2" / "driver")
+    os.mkfifo(device / "1-2:1.2" / "fifo")
+    os.symlink(str(outside / "escaped"), device / "1-2:1.3")  # absolute: re-rooted, so missing
+    os.symlink("1-2:1.0", device / "1-2:1.4")  # a link to a sibling: followed inside the root
+    os.symlink("../../../../../outside/escaped", device / "1-2:1.5")  # ".." stops at the root
+    (device / "1-2:1.6").write_text("a file\n")
+    children = ["1-2:1.0", "1-2:1.1", "1-2:1.2", "1-2:1.3", "1-2:1.4", "1-2:1.5", "1-2:1.6", "1-2:9.9", "..", "",
+                "a\x00b", "x/y"]
+    files, links = ("bInterfaceClass", "fifo", "absent"), ("driver", "bInterfaceClass", "..")
+    for directory in ("/sys/devices/usb1/1-2", "/sys/devices/usb1/../usb1/1-2/"):
+        found = HostFS(root).read_children(directory, children, files, links)
+        one_by_one = HostFS(root)
+
+        def comparable(values, failures, names):
+            return values, {n: (e.host_path, e.reason, e.missing) for n, e in failures.items()}, names
+
+        expected = {}
+        for child in children:
+            path = f"/sys/devices/usb1/1-2/{child}"
+            values, failures = one_by_one.read_attrs(path, files)
+            expected[child] = comparable(values, failures, one_by_one.link_names(path, links))
+        assert {child: comparable(*answer) for child, answer in found.items()} == expected
+        assert found["1-2:1.0"][0]["bInterfaceClass"] == "03" and found["1-2:1.0"][2]["driver"] == "usbhid"
+        assert found["1-2:1.4"][0]["bInterfaceClass"] == "03"
+        assert "binary" in found["1-2:1.1"][1]["bInterfaceClass"].reason
+        assert "not a regular file" in found["1-2:1.2"][1]["fifo"].reason and found["1-2:1.2"][2]["driver"] == "etc"
+        for child in ("1-2:1.3", "1-2:1.5", "1-2:1.6", "1-2:9.9"):
+            assert found[child][0]["bInterfaceClass"] is None, child
+    assert HostFS(root).read_children("/sys/no/such", ["1-2:1.0"], files, links)["1-2:1.0"][0] == dict.fromkeys(files)
+
+
+def test_read_children_goes_through_a_subclass_s_methods(tree):
+    """A seam that overrides a read or a link lookup (a recorder, a tracer) sees every child."""
+    seen = []
+
+    class Watching(SeamHostFS):
+        def read_attrs(self, directory, names):
+            seen.append(("read_attrs", directory))
+            return super().read_attrs(directory, names)
+
+        def link_names(self, directory, names):
+            seen.append(("link_names", directory))
+            return super().link_names(directory, names)
+
+    found = Watching(tree).read_children("/sys/devices/pci0000:00", ["0000:00:02.0"], ["vendor"], ["driver"])
+    assert found == {"0000:00:02.0": ({"vendor": "0x8086"}, {}, {"driver": "i915"})}
+    assert seen == [("read_attrs", "/sys/devices/pci0000:00/0000:00:02.0"),
+                    ("link_names", "/sys/devices/pci0000:00/0000:00:02.0")]

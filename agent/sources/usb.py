@@ -159,9 +159,11 @@ def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str
         present = reader.entries(entry)
     prefixes = interface_prefixes(entry.rsplit("/", 1)[1])
     found = []
-    for child in sorted(name for name in present if ":" in name and name.startswith(prefixes)):
-        interface = f"{device_dir or entry}/{child}"
-        values, failures = reader.host.read_attrs(interface, ("bInterfaceClass",))
+    children = sorted(name for name in present if ":" in name and name.startswith(prefixes))
+    # one lookup of the device directory for all its interfaces (HostFS.read_children)
+    read = reader.host.read_children(device_dir or entry, children, ("bInterfaceClass",), ("driver",))
+    for child in children:
+        values, failures, links = read[child]
         failure = failures.get("bInterfaceClass")
         path = f"{entry}/{child}/bInterfaceClass"
         if failure is not None:
@@ -177,7 +179,7 @@ def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str
                 iface_class = hex_digits(raw, 2, prefixed=False)
             except MalformedId as exc:
                 reader.error(path, f"{exc}; interface skipped")
-        found.append((child, iface_class, reader.host.link_names(interface, ("driver",))["driver"]))
+        found.append((child, iface_class, links["driver"]))
     return found
 
 
