@@ -104,6 +104,10 @@ class DesiredNodeState:
     #: resource -> the devices a rule's ``devices:`` declaration matched (for the device plugin;
     #: the reconciler does not look at it)
     device_claims: Mapping[str, DeviceClaim] = field(default_factory=dict)
+    #: non-empty: why no label the agent owns may be removed this pass (a feature that decides
+    #: labels could not be determined and there is no earlier answer: fail safe = keep what the
+    #: Node has). Adds and changes still go; the ownership record keeps the held keys.
+    hold_label_removals: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))

@@ -9,6 +9,7 @@ after retries, 2 bad usage or configuration (nothing written; see ``agent.prefli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -121,8 +122,15 @@ def run(args: argparse.Namespace) -> int:
     for problem in getattr(catalogue, "problems", ()):
         log.warning("rule catalogue: %s", problem)
 
+    # one pass has no earlier answer: a feature it cannot determine holds every label removal
+    undetermined = sorted(f"{r.source}.{f}" for r in found.results.values() for f in r.undetermined)
+    hold = f"could not determine {', '.join(undetermined)}: label removals held" if undetermined else ""
+    if hold:
+        log.warning("%s (no label the agent owns is removed this run)", hold)
+
     def plan(node_labels):
-        return rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
+        state = rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
+        return dataclasses.replace(state, hold_label_removals=hold) if hold else state
 
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
                             startup_taints=startup, max_attempts=max(1, args.retries),

@@ -14,6 +14,8 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   after) it is written.
 * ``skip`` names items the API server rejected (422): they are left exactly as they are.
 * Desired items Kubernetes would reject are refused here (reported, not sent).
+* ``desired.hold_label_removals`` (a feature that decides labels is undetermined and has no
+  earlier answer): no owned label is removed; it stays on the Node and in the record.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def escape_pointer(key: str) -> str:
 
 
 def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
-          kind: str) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
-    """Shared label/annotation logic: merge-patch entries, new record, changes, clashes."""
+          kind: str, keep_owned: bool = False) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
+    """Shared label/annotation logic: merge-patch entries, new record, changes, clashes.
+    ``keep_owned``: an owned key no longer wanted stays as it is (and in the record)."""
     patch: dict[str, str | None] = {}
     record: set[str] = set()
     changes: list[Change] = []
@@ -71,8 +74,8 @@ def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str
     for key in sorted(owned):
         if key in want and (kind, key) not in skip:
             continue
-        if (kind, key) in skip:
-            record.add(key)  # rejected change: leave ours exactly as it is
+        if (kind, key) in skip or (keep_owned and key in live):
+            record.add(key)  # rejected change, or removals held: leave ours exactly as it is
         elif key in live:
             patch[key] = None
             changes.append(Change(kind, "remove", key, live[key]))
@@ -265,7 +268,8 @@ def plan_node_changes(
     resources = _valid_resources(desired.extended_resources, refused)
     taints = _valid_taints(desired.taints, refused)
 
-    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label")
+    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
+                                                             keep_owned=bool(desired.hold_label_removals))
     ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip, "annotation")
     ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip)
     new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, skip, remove_foreign_taints)

@@ -145,7 +145,7 @@ class Agent:
         self.http: HealthServer | None = None
         self.passes = 0
         self.last_outcome = None
-        self._plan_key: tuple[int, int] | None = None
+        self._plan_key: tuple[int, int, str] | None = None
         self._plan = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
@@ -403,8 +403,11 @@ class Agent:
                 self._next_resync = time.monotonic() + self._jittered()
 
     def _plan_fn(self):
-        key = (self.discovery.generation, self.rules.generation)
+        hold = self.discovery.hold_reason()
+        key = (self.discovery.generation, self.rules.generation, hold)
         if key != self._plan_key:
+            import dataclasses
+
             from agent import rules
 
             found, catalogue, options = self.discovery.current, self.rules.catalogue, self.settings.rule_options
@@ -414,6 +417,8 @@ class Agent:
 
             def plan(node_labels):
                 state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
+                if hold:  # a feature this pass cannot decide and no earlier answer: keep the Node's labels
+                    state = dataclasses.replace(state, hold_label_removals=hold)
                 if handing_over:
                     from agent.runtime.device_service import hand_to_kubelet
 

@@ -6,7 +6,10 @@ keeps the cached results of the others. A rerun source that failed as a whole
 but errors) keeps its previous result instead, and is listed in ``degraded`` until it reads
 again: removal needs positive evidence. Likewise a feature a source could not determine this
 pass (``SourceResult.undetermined``: one CPU's topology file unreadable) keeps its previous
-answer, listed in ``carried`` until a pass reads it again. ``generation`` increases on every refresh whose results differ from the
+answer, listed in ``carried`` until a pass reads it again. One with no earlier answer (the
+agent's first pass, or every pass since has failed to read it) is also in ``unanswered``: the
+plan then holds every label removal (``hold_reason``), since the label the previous agent
+instance put on the Node may be exactly the one this pass cannot decide. ``generation`` increases on every refresh whose results differ from the
 last ones, so the loop rebuilds its plan function (the Reconciler caches plans per function)
 only then: a resync that finds the same host does not re-plan hundreds of instances.
 """
@@ -62,6 +65,8 @@ class DiscoveryCache:
         self._had_evidence: dict[str, bool] = {}
         #: "source.feature" -> the error that left it undetermined; its previous answer is kept
         self.carried: dict[str, str] = {}
+        #: the subset of ``carried`` with no earlier answer to keep: no label removal while any
+        self.unanswered: dict[str, str] = {}
         self.on_degraded = on_degraded  # on_degraded(source, why or None when it recovered)
 
     def refresh(self, sources: Iterable[str] | None) -> tuple[str, ...]:
@@ -72,6 +77,9 @@ class DiscoveryCache:
             names = tuple(sorted(set(sources) & set(self.sources)))
         if not names:
             return ()
+        for notes in (self.carried, self.unanswered):  # a source no longer run has no answer left
+            for key in [k for k in notes if k.partition(".")[0] not in self.sources]:
+                del notes[key]
         started = time.perf_counter()
         found = discover(self.host, self.config, names)
         # nothing of the pass's path cache or open directories is needed until the next one
@@ -121,16 +129,27 @@ class DiscoveryCache:
             key = f"{source}.{feature}"
             if key not in self.carried:
                 why = next((str(e) for e in reversed(new.errors)), "a read failed")
-                kept = previous is not None and feature in previous.features
+                kept = previous is not None
                 log.warning("%s could not be determined (%s): %s", key, why,
-                            "keeping the previous answer until it reads again" if kept else "no earlier answer to keep",
-                            extra={"event": "feature-undetermined", "change": source})
+                            "keeping the previous answer until it reads again" if kept else
+                            "no earlier answer to keep, so no label the agent owns on the Node is removed "
+                            "until it reads again", extra={"event": "feature-undetermined", "change": source})
                 self.carried[key] = why
+                if not kept:
+                    self.unanswered[key] = why
         for key in [k for k in self.carried if k.partition(".")[0] == source]:
             if key.partition(".")[2] not in new.undetermined:
                 del self.carried[key]
+                self.unanswered.pop(key, None)
                 log.info("%s reads again", key, extra={"event": "feature-recovered", "change": source})
         return carry_undetermined(new, previous)
+
+    def hold_reason(self) -> str:
+        """Why the plan must remove no owned label now ("" when nothing is unanswered)."""
+        if not self.unanswered:
+            return ""
+        return ("no earlier answer for " + ", ".join(sorted(self.unanswered))
+                + ": label removals held until it reads again")
 
     def _notify(self, name: str, why: str | None) -> None:
         if self.on_degraded is not None:

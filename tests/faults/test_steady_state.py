@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import shutil
 import threading
@@ -30,10 +31,11 @@ import pytest
 from agent import hostfs as hostfs_module
 from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
+from agent.reconcile.ownership import parse_ownership
 from agent.runtime.discovery_cache import DiscoveryCache
 from agent.sources import cpu
 from tests.conftest import FIXTURES
-from tests.faults.harness import NODE
+from tests.faults.harness import NODE, STARTUP_TAINT
 from tests.runtime.helpers import wait_for
 
 SMT = "feature.node.kubernetes.io/cpu-hardware_multithreading"
@@ -237,6 +239,77 @@ def test_a_failing_topology_read_writes_nothing_on_the_node(make_harness, server
     for n in range(8):
         (h.host.root / cpu_topology_file(n).lstrip("/")).write_text(f"{n}\n")
     wait_for(lambda: server.node(NODE)["metadata"]["labels"].get(SMT) == "false", what="SMT off published")
+
+
+# -- a fresh agent's first pass: no earlier answer, so the Node's labels are kept ----------------
+
+SSD = "feature.node.kubernetes.io/storage-nonrotationaldisk"
+
+
+def nvme_rotational(root) -> str:
+    return HostFS(str(root)).resolve("/sys/block/nvme0n1") + "/queue/rotational"
+
+
+def label_removals(server) -> list[str]:
+    """Label keys any merge patch the agent sent set to null (a removal)."""
+    return [key for r in server.requests if r.method == "PATCH" and isinstance(r.body, dict)
+            for key, value in ((r.body.get("metadata") or {}).get("labels") or {}).items() if value is None]
+
+
+def owned_labels(server) -> frozenset[str]:
+    return parse_ownership(server.node(NODE)["metadata"].get("annotations")).labels
+
+
+def previous_instance(make_harness, server) -> None:
+    """An agent instance that labelled the Node (SMT on, an SSD) and then went away."""
+    first = make_harness().start()
+    first.wait_converged()
+    labels = server.node(NODE)["metadata"]["labels"]
+    assert labels[SMT] == "true" and labels[SSD] == "true" and {SMT, SSD} <= owned_labels(server)
+    assert first.close()
+
+
+def test_a_fresh_agent_that_cannot_read_the_topology_keeps_the_labels_a_previous_instance_put(make_harness, server):
+    """The agent restarts while one CPU's topology file and the disk's queue/rotational cannot
+    be read: its first pass has no earlier answer for cpu.topology or storage.block, so it
+    removes no label (SMT and the SSD label stay, still recorded as ours), passes after it too;
+    once both files read again and the disk really spins, that pass removes the SSD label."""
+    previous_instance(make_harness, server)
+    second = make_harness(resync_interval=0.3, resync_jitter=0.0)
+    restore_topology = break_file(second.host.root, cpu_topology_file(5))
+    restore_rotational = break_file(second.host.root, nvme_rotational(second.host.root))
+    server.clear_requests()
+    second.start()
+    passes = second.agent.passes
+    wait_for(lambda: second.agent.passes >= passes + 2, what="resyncs with both files unreadable")
+    labels = server.node(NODE)["metadata"]["labels"]
+    assert labels[SMT] == "true" and labels[SSD] == "true" and {SMT, SSD} <= owned_labels(server)
+    assert label_removals(server) == []
+    assert STARTUP_TAINT["key"] not in {t["key"] for t in server.node(NODE)["spec"].get("taints") or []}
+    assert {"cpu.topology", "storage.block"} <= set(second.agent.discovery.unanswered)
+
+    restore_topology()
+    restore_rotational()
+    (second.host.root / nvme_rotational(second.host.root).lstrip("/")).write_text("1\n")
+    wait_for(lambda: SSD not in server.node(NODE)["metadata"]["labels"], what="the spinning disk's label removed")
+    assert not second.agent.discovery.unanswered and label_removals(server) == [SSD]
+    assert server.node(NODE)["metadata"]["labels"][SMT] == "true" and SSD not in owned_labels(server)
+
+
+def test_a_fresh_agent_that_reads_every_file_removes_a_label_at_its_first_pass(make_harness, server, caplog):
+    """No over-holding: the restarted agent reads every file and the disk spins now, so its
+    first pass removes the SSD label the previous instance put there."""
+    previous_instance(make_harness, server)
+    second = make_harness()
+    (second.host.root / nvme_rotational(second.host.root).lstrip("/")).write_text("1\n")
+    server.clear_requests()
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="agent.runtime.agent")
+    second.start()
+    assert SSD not in server.node(NODE)["metadata"]["labels"] and SSD not in owned_labels(server)
+    assert label_removals(server) == [SSD] and not second.agent.discovery.unanswered
+    first_pass = next(r for r in caplog.records if getattr(r, "event", "") == "reconcile")
+    assert f"removed label {SSD}" in first_pass.change  # in the first pass, not a later one
 
 
 # -- evidence the host never had is no failure --------------------------------------------------

@@ -4,6 +4,7 @@ in-repo API server, with a recorded host tree as the host root."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -76,6 +77,32 @@ def test_apply_once_then_restart_then_clean(server, tmp_path):
     twice = cli("clean", kubeconfig=kubeconfig)
     assert twice.returncode == 0 and "clean (0 write(s))" in twice.stdout
     assert list(server.writes(NODE)) == []
+
+
+def test_apply_that_cannot_read_the_topology_keeps_the_label_an_earlier_run_put(server, tmp_path):
+    """A one-shot run has no earlier answer: with one CPU's topology file unreadable (a
+    directory where the file was: EISDIR) it removes no label, so the SMT label the earlier
+    run put there stays and stays ours; the same host readable again changes nothing."""
+    smt = "feature.node.kubernetes.io/cpu-hardware_multithreading"
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    assert apply(kubeconfig).returncode == 0
+    assert server.get_node(NODE)["metadata"]["labels"][smt] == "true"
+
+    host = tmp_path / "host"
+    shutil.copytree(FIXTURES / "coral-usb", host, symlinks=True)
+    broken = host / "sys/devices/system/cpu/cpu5/topology/thread_siblings_list"
+    broken.unlink()
+    broken.mkdir()
+    server.reset_requests()
+    done = cli("apply", "--once", "--host-root", str(host), "--format", "json", kubeconfig=kubeconfig)
+    assert done.returncode == 0, done.stderr
+    assert smt not in json.loads(done.stdout)["desired"]["labels"]  # undetermined: not published...
+    node = server.get_node(NODE)
+    assert node["metadata"]["labels"][smt] == "true"  # ...and not removed
+    assert smt in node["metadata"]["annotations"][ANNOTATION_OWNED_LABELS].split(",")
+    assert list(server.writes(NODE)) == []
+    assert "cpu.topology" in done.stderr
 
 
 def test_dry_run_prints_the_diff_and_writes_nothing(server, tmp_path):

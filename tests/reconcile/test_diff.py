@@ -77,6 +77,18 @@ def test_owned_label_no_longer_wanted_is_removed_with_its_record_entry_atomicall
     assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: None}, "annotations": {ANNOTATION_OWNED_LABELS: None}}}
 
 
+def test_held_removals_keep_owned_labels_and_their_record_while_adds_and_changes_go():
+    """``hold_label_removals`` (an undetermined feature with no earlier answer): an owned label
+    no longer wanted stays on the Node and in the record; a new label is added, an owned one
+    changed; an owned label already gone from the Node still leaves the record."""
+    smt, gone = "feature.node.kubernetes.io/cpu-hardware_multithreading", "example.com/gone"
+    obj = node({EDGETPU: "false", smt: "true"}, {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{gone},{smt}"})
+    plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true", PCI: "true"}, hold_label_removals="cpu.topology"))
+    assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: "true", PCI: "true"},
+                                                "annotations": {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{smt},{PCI}"}}}
+    assert not [c for c in plan.changes if c.action == "remove"]
+
+
 def test_owned_label_value_changed_by_someone_is_put_back():
     obj = node({EDGETPU: "false"}, {ANNOTATION_OWNED_LABELS: EDGETPU})
     plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true"}))
