@@ -104,10 +104,12 @@ class DesiredNodeState:
     #: resource -> the devices a rule's ``devices:`` declaration matched (for the device plugin;
     #: the reconciler does not look at it)
     device_claims: Mapping[str, DeviceClaim] = field(default_factory=dict)
-    #: non-empty: why no label the agent owns may be removed this pass (a feature that decides
-    #: labels could not be determined and there is no earlier answer: fail safe = keep what the
-    #: Node has). Adds and changes still go; the ownership record keeps the held keys.
-    hold_label_removals: str = ""
+    #: label keys an undetermined feature with no earlier answer decides (``agent.rules.held``):
+    #: an owned label with such a key is neither removed nor changed (fail safe = keep what the
+    #: Node has) and stays in the ownership record; ``hold_every_label``: all owned labels so
+    #: (a templated rule reads the feature, so its keys cannot be told)
+    held_labels: frozenset[str] = frozenset()
+    hold_every_label: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
@@ -117,6 +119,7 @@ class DesiredNodeState:
         object.__setattr__(self, "annotations", MappingProxyType(dict(self.annotations)))
         object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
         object.__setattr__(self, "problems", tuple(self.problems))
+        object.__setattr__(self, "held_labels", frozenset(self.held_labels))
 
     def to_json(self) -> dict[str, Any]:
         """The ``plan`` output shape."""

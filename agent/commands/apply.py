@@ -122,15 +122,20 @@ def run(args: argparse.Namespace) -> int:
     for problem in getattr(catalogue, "problems", ()):
         log.warning("rule catalogue: %s", problem)
 
-    # one pass has no earlier answer: a feature it cannot determine holds every label removal
-    undetermined = sorted(f"{r.source}.{f}" for r in found.results.values() for f in r.undetermined)
-    hold = f"could not determine {', '.join(undetermined)}: label removals held" if undetermined else ""
-    if hold:
-        log.warning("%s (no label the agent owns is removed this run)", hold)
+    # one pass has no earlier answer: the labels a feature it cannot determine decides stay as they are
+    from agent.rules.held import held_label_keys
+
+    undetermined = {f"{r.source}.{f}": keys for r in found.results.values() for f, keys in r.undetermined.items()}
+    held = held_label_keys(catalogue, options, undetermined) if undetermined else frozenset()
+    if undetermined:
+        log.warning("could not determine %s: the labels it decides stay on the Node as they are (%s)",
+                    ", ".join(sorted(undetermined)), "all owned labels" if held is None else ", ".join(sorted(held)))
 
     def plan(node_labels):
         state = rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
-        return dataclasses.replace(state, hold_label_removals=hold) if hold else state
+        if undetermined:
+            state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None)
+        return state
 
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
                             startup_taints=startup, max_attempts=max(1, args.retries),

@@ -14,13 +14,14 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   after) it is written.
 * ``skip`` names items the API server rejected (422): they are left exactly as they are.
 * Desired items Kubernetes would reject are refused here (reported, not sent).
-* ``desired.hold_label_removals`` (a feature that decides labels is undetermined and has no
-  earlier answer): no owned label is removed; it stays on the Node and in the record.
+* ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides;
+  ``hold_every_label``: all): an owned label with such a key is neither removed nor changed;
+  it stays on the Node and in the record.
 """
 
 from __future__ import annotations
 
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from agent.desired import (
     ANNOTATION_OWNED_ANNOTATIONS,
@@ -53,15 +54,19 @@ def escape_pointer(key: str) -> str:
 
 
 def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
-          kind: str, keep_owned: bool = False) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
+          kind: str, held: Callable[[str], bool] = lambda key: False
+          ) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
     """Shared label/annotation logic: merge-patch entries, new record, changes, clashes.
-    ``keep_owned``: an owned key no longer wanted stays as it is (and in the record)."""
+    ``held(key)``: an owned key on the Node stays exactly as it is (and in the record)."""
     patch: dict[str, str | None] = {}
     record: set[str] = set()
     changes: list[Change] = []
     clashes: list[Clash] = []
     for key, value in sorted(want.items()):
         if (kind, key) in skip:
+            continue
+        if key in owned and key in live and held(key):
+            record.add(key)  # undetermined: keep the Node's value
             continue
         if key in owned or key not in live:
             record.add(key)
@@ -74,12 +79,18 @@ def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str
     for key in sorted(owned):
         if key in want and (kind, key) not in skip:
             continue
-        if (kind, key) in skip or (keep_owned and key in live):
+        if (kind, key) in skip or (key in live and held(key)):
             record.add(key)  # rejected change, or removals held: leave ours exactly as it is
         elif key in live:
             patch[key] = None
             changes.append(Change(kind, "remove", key, live[key]))
     return patch, record, changes, clashes
+
+
+def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
+    if desired.hold_every_label:
+        return lambda key: True
+    return desired.held_labels.__contains__
 
 
 def _valid_labels(labels: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
@@ -269,7 +280,7 @@ def plan_node_changes(
     taints = _valid_taints(desired.taints, refused)
 
     label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
-                                                             keep_owned=bool(desired.hold_label_removals))
+                                                             held=_held_labels(desired))
     ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip, "annotation")
     ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip)
     new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, skip, remove_foreign_taints)

@@ -145,7 +145,7 @@ class Agent:
         self.http: HealthServer | None = None
         self.passes = 0
         self.last_outcome = None
-        self._plan_key: tuple[int, int, str] | None = None
+        self._plan_key: tuple | None = None
         self._plan = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
@@ -403,22 +403,25 @@ class Agent:
                 self._next_resync = time.monotonic() + self._jittered()
 
     def _plan_fn(self):
-        hold = self.discovery.hold_reason()
-        key = (self.discovery.generation, self.rules.generation, hold)
+        unanswered = self.discovery.unanswered_labels()
+        key = (self.discovery.generation, self.rules.generation, tuple(unanswered.items()))
         if key != self._plan_key:
             import dataclasses
 
             from agent import rules
+            from agent.rules.held import held_label_keys
 
             found, catalogue, options = self.discovery.current, self.rules.catalogue, self.settings.rule_options
             features, labels, origins = found.features, found.labels, found.label_origins
 
             handing_over = self.devices is not None
+            # a feature this pass cannot decide, with no earlier answer: keep the Node's labels it decides
+            held = held_label_keys(catalogue, options, unanswered) if unanswered else frozenset()
 
             def plan(node_labels):
                 state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
-                if hold:  # a feature this pass cannot decide and no earlier answer: keep the Node's labels
-                    state = dataclasses.replace(state, hold_label_removals=hold)
+                if unanswered:
+                    state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None)
                 if handing_over:
                     from agent.runtime.device_service import hand_to_kubelet
 

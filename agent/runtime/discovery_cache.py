@@ -8,8 +8,8 @@ again: removal needs positive evidence. Likewise a feature a source could not de
 pass (``SourceResult.undetermined``: one CPU's topology file unreadable) keeps its previous
 answer, listed in ``carried`` until a pass reads it again. One with no earlier answer (the
 agent's first pass, or every pass since has failed to read it) is also in ``unanswered``: the
-plan then holds every label removal (``hold_reason``), since the label the previous agent
-instance put on the Node may be exactly the one this pass cannot decide. ``generation`` increases on every refresh whose results differ from the
+plan then keeps the labels it decides as the Node has them (``unanswered_labels``,
+``agent.rules.held``), since the previous agent instance may have put exactly those there. ``generation`` increases on every refresh whose results differ from the
 last ones, so the loop rebuilds its plan function (the Reconciler caches plans per function)
 only then: a resync that finds the same host does not re-plan hundreds of instances.
 """
@@ -65,7 +65,7 @@ class DiscoveryCache:
         self._had_evidence: dict[str, bool] = {}
         #: "source.feature" -> the error that left it undetermined; its previous answer is kept
         self.carried: dict[str, str] = {}
-        #: the subset of ``carried`` with no earlier answer to keep: no label removal while any
+        #: the subset of ``carried`` with no earlier answer to keep: their labels are held
         self.unanswered: dict[str, str] = {}
         self.on_degraded = on_degraded  # on_degraded(source, why or None when it recovered)
 
@@ -132,7 +132,7 @@ class DiscoveryCache:
                 kept = previous is not None
                 log.warning("%s could not be determined (%s): %s", key, why,
                             "keeping the previous answer until it reads again" if kept else
-                            "no earlier answer to keep, so no label the agent owns on the Node is removed "
+                            "no earlier answer to keep, so the labels it decides stay on the Node as they are "
                             "until it reads again", extra={"event": "feature-undetermined", "change": source})
                 self.carried[key] = why
                 if not kept:
@@ -144,12 +144,16 @@ class DiscoveryCache:
                 log.info("%s reads again", key, extra={"event": "feature-recovered", "change": source})
         return carry_undetermined(new, previous)
 
-    def hold_reason(self) -> str:
-        """Why the plan must remove no owned label now ("" when nothing is unanswered)."""
-        if not self.unanswered:
-            return ""
-        return ("no earlier answer for " + ", ".join(sorted(self.unanswered))
-                + ": label removals held until it reads again")
+    def unanswered_labels(self) -> dict[str, tuple[str, ...]]:
+        """"source.feature" -> the raw label keys it decides, for each undetermined feature
+        with no earlier answer (what the plan must keep as the Node has it)."""
+        results = self.current.results if self.current is not None else {}
+        out = {}
+        for key in sorted(self.unanswered):
+            source, _, feature = key.partition(".")
+            result = results.get(source)
+            out[key] = tuple(result.undetermined.get(feature, ())) if result is not None else ()
+        return out
 
     def _notify(self, name: str, why: str | None) -> None:
         if self.on_degraded is not None:

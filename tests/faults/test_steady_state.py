@@ -296,18 +296,23 @@ def test_a_fresh_agent_that_cannot_read_the_topology_keeps_the_labels_a_previous
     assert server.node(NODE)["metadata"]["labels"][SMT] == "true" and SSD not in owned_labels(server)
 
 
-def test_a_fresh_agent_that_reads_every_file_removes_a_label_at_its_first_pass(make_harness, server, caplog):
-    """No over-holding: the restarted agent reads every file and the disk spins now, so its
-    first pass removes the SSD label the previous instance put there."""
+@pytest.mark.parametrize("topology", ["readable", "unreadable"])
+def test_a_fresh_agent_that_reads_the_disk_removes_its_label_at_its_first_pass(make_harness, server, caplog, topology):
+    """No over-holding: the restarted agent reads the disk's queue/rotational and the disk
+    spins now, so its first pass removes the SSD label the previous instance put there, whether
+    or not a CPU's topology file (which decides only the SMT label) can be read."""
     previous_instance(make_harness, server)
     second = make_harness()
     (second.host.root / nvme_rotational(second.host.root).lstrip("/")).write_text("1\n")
+    if topology == "unreadable":
+        break_file(second.host.root, cpu_topology_file(5))
     server.clear_requests()
     caplog.clear()
     caplog.set_level(logging.INFO, logger="agent.runtime.agent")
     second.start()
     assert SSD not in server.node(NODE)["metadata"]["labels"] and SSD not in owned_labels(server)
-    assert label_removals(server) == [SSD] and not second.agent.discovery.unanswered
+    assert label_removals(server) == [SSD] and "storage.block" not in second.agent.discovery.unanswered
+    assert server.node(NODE)["metadata"]["labels"][SMT] == "true"
     first_pass = next(r for r in caplog.records if getattr(r, "event", "") == "reconcile")
     assert f"removed label {SSD}" in first_pass.change  # in the first pass, not a later one
 

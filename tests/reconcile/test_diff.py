@@ -77,16 +77,23 @@ def test_owned_label_no_longer_wanted_is_removed_with_its_record_entry_atomicall
     assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: None}, "annotations": {ANNOTATION_OWNED_LABELS: None}}}
 
 
-def test_held_removals_keep_owned_labels_and_their_record_while_adds_and_changes_go():
-    """``hold_label_removals`` (an undetermined feature with no earlier answer): an owned label
-    no longer wanted stays on the Node and in the record; a new label is added, an owned one
-    changed; an owned label already gone from the Node still leaves the record."""
+def test_held_labels_are_neither_removed_nor_changed_while_others_go():
+    """``held_labels`` (keys an undetermined feature with no earlier answer decides): an owned
+    held label stays on the Node with its value and in the record, wanted or not; other owned
+    labels are added, changed and removed as usual; a held key already gone leaves the record."""
     smt, gone = "feature.node.kubernetes.io/cpu-hardware_multithreading", "example.com/gone"
-    obj = node({EDGETPU: "false", smt: "true"}, {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{gone},{smt}"})
-    plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true", PCI: "true"}, hold_label_removals="cpu.topology"))
-    assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: "true", PCI: "true"},
-                                                "annotations": {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{smt},{PCI}"}}}
-    assert not [c for c in plan.changes if c.action == "remove"]
+    ssd, old = "feature.node.kubernetes.io/storage-nonrotationaldisk", "example.com/old"
+    obj = node({EDGETPU: "false", smt: "true", ssd: "true", old: "1"},
+               {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{gone},{old},{smt},{ssd}"})
+    want = DesiredNodeState(labels={EDGETPU: "true", PCI: "true", ssd: "false"}, held_labels={smt, ssd, gone})
+    plan = diff(obj, want)
+    assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: "true", PCI: "true", old: None},
+                                                "annotations": {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{smt},{PCI},{ssd}"}}}
+    every = diff(obj, DesiredNodeState(labels={EDGETPU: "true"}, hold_every_label=True))
+    assert every.metadata_patch == {"metadata": {"annotations": {  # nothing owned changes; new keys still added
+        ANNOTATION_OWNED_LABELS: f"{EDGETPU},{old},{smt},{ssd}"}}}
+    assert diff(obj, DesiredNodeState(labels={PCI: "true"}, hold_every_label=True)).metadata_patch["metadata"][
+        "labels"] == {PCI: "true"}
 
 
 def test_owned_label_value_changed_by_someone_is_put_back():
