@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Container, Mapping, NamedTuple
 
 from agent.features import Feature, Instance, SourceResult, nfd_label
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import DirectoryRead, HostFileError, HostFS
 from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
     AttributeReader,
@@ -55,6 +55,8 @@ _MANDATORY_NAMES = tuple(name for name, _ in _MANDATORY)
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 #: links of a device directory the source reads the target names of
 _LINKS = ("iommu_group", "iommu", "driver", "physfn")
+#: IOMMU group number -> its ``type`` file as read (``HostFS.read_children``: values, failures, links)
+GroupTypes = Mapping[str, tuple[Mapping[str, str | None], Mapping[str, HostFileError], Mapping[str, str | None]]]
 
 
 class PciFunction(NamedTuple):
@@ -69,9 +71,16 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
     if not host.is_dir(DEVICES):
         return SourceResult(NAME)
+    # every device directory first, then the IOMMU groups' ``type`` files through one lookup of
+    # /sys/kernel/iommu_groups (HostFS.read_children), then each function built and checked in
+    # order, so its errors come out as they did when each function read its own group
+    reads = [(address, read_device_directory(host, address)) for address in reader.listdir(DEVICES)]
+    groups = sorted({group for _, found in reads if isinstance(found, DirectoryRead) and found.names
+                     and (group := found.links.get("iommu_group")) and group.isdigit()})
+    group_types = host.read_children(IOMMU_GROUPS, groups, ("type",)) if groups else {}
     functions: list[PciFunction] = []
-    for address in reader.listdir(DEVICES):
-        function = read_function(reader, address)
+    for address, found in reads:
+        function = read_function(reader, address, found, group_types)
         if function is not None:
             functions.append(function)
     labels, origins = device_labels(reader, functions, config)
@@ -79,7 +88,17 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     return SourceResult(NAME, features, labels, reader.errors, origins)
 
 
-def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
+def read_device_directory(host: HostFS, address: str) -> DirectoryRead | HostFileError:
+    """A function's directory read in one go (:meth:`HostFS.read_directory`), or the error
+    that says why its path could not be resolved (reported by :func:`read_function`)."""
+    try:
+        return host.read_directory(f"{DEVICES}/{address}", _MANDATORY_NAMES, optional=_OPTIONAL, links=_LINKS)
+    except HostFileError as exc:
+        return exc
+
+
+def read_function(reader: AttributeReader, address: str, found: DirectoryRead | HostFileError | None = None,
+                  group_types: GroupTypes | None = None) -> PciFunction | None:
     """One PCI function, or ``None`` (with an error) if it cannot be trusted.
 
     Files are read in the resolved ``/sys/devices/...`` directory: it is the path the
@@ -89,16 +108,20 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
     This runs for each of a big host's hundreds of functions: the common case (every file
     there and well-formed) builds no path or message strings; each check that fails says
     exactly what it did before.
+
+    ``found``: the directory as :func:`read_device_directory` read it (read here when not
+    given); ``group_types``: the IOMMU groups' ``type`` files already read
+    (:meth:`HostFS.read_children` of ``/sys/kernel/iommu_groups``; a group not in it is read here).
     """
     host = reader.host
     entry = f"{DEVICES}/{address}"
     # one listing of the device directory says which optional files and links exist, so
     # absent ones cost nothing (a function has ~35 entries; most lack sriov_*, physfn, iommu);
     # the directory is resolved, listed and read through one descriptor
-    try:
-        found = host.read_directory(entry, _MANDATORY_NAMES, optional=_OPTIONAL, links=_LINKS)
-    except HostFileError as exc:
-        reader.error(entry, f"cannot resolve: {exc.reason}")
+    if found is None:
+        found = read_device_directory(host, address)
+    if isinstance(found, HostFileError):
+        reader.error(entry, f"cannot resolve: {found.reason}")
         return None
     device_dir = found.path
     present = found.names
@@ -143,13 +166,13 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
                     attrs["sriov_totalvfs"] = totalvfs
                 else:
                     reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
-    add_iommu_attributes(attrs, reader, device_dir, present, links)
+    add_iommu_attributes(attrs, reader, device_dir, present, links, group_types)
     add_extra_attributes(attrs, reader, device_dir, address, values, failures, links)
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
 
 
 def add_iommu_attributes(attrs: dict[str, str], reader: AttributeReader, device_dir: str, present: Container[str],
-                         links: Mapping[str, str | None]) -> None:
+                         links: Mapping[str, str | None], group_types: GroupTypes | None = None) -> None:
     """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version`` (plus our group
     number), added to ``attrs``.  On a real host both are links and are checked first, so the
     common no-IOMMU case costs no failed reads; when they are not links the files are read
@@ -164,7 +187,8 @@ def add_iommu_attributes(attrs: dict[str, str], reader: AttributeReader, device_
     if group and group.isdigit():
         # the link always targets /sys/kernel/iommu_groups/<n>; reading there directly
         # spares following the link through the whole device path again
-        values, failures = reader.host.read_attrs(f"{IOMMU_GROUPS}/{group}", ("type",))
+        read = group_types.get(group) if group_types else None
+        values, failures = read[:2] if read is not None else reader.host.read_attrs(f"{IOMMU_GROUPS}/{group}", ("type",))
         group_type = values.get("type")
         if "type" in failures:
             reader.error(failures["type"].host_path, f"unreadable: {failures['type'].reason}")

@@ -89,4 +89,25 @@ def _probe(host: HostFS, root: Path, query: str) -> tuple:
                      found.links, found.listing_error is None)
     except HostFileError:
         directory = None
-    return data, resolved, listing, kinds, directory
+    # several subdirectories through one lookup of their parent: what read_attrs and link_names
+    # of each child answer (a fresh seam, so neither answer reuses the other's descriptors)
+    children = ["a", "b", "sys", "link", "loop", "f"]
+    try:
+        batch = host.read_children(query, children, ["f", "secret"], ["link", "loop"])
+        batch = {child: ({n: v for n, v in values.items() if v is not None}, links)
+                 for child, (values, _failures, links) in batch.items()}
+        assert all(SECRET not in [v.encode() + b"\n" for v in values.values()] for values, _ in batch.values())
+    except HostFileError:
+        batch = None
+    single = type(host)(root, kernel_resolve=host._kernel_resolve)
+    base = single._normalise(query).rstrip("/")
+    try:
+        expected = {}
+        for child in children:
+            values, _failures = single.read_attrs(f"{base}/{child}", ["f", "secret"])
+            expected[child] = ({n: v for n, v in values.items() if v is not None},
+                               single.link_names(f"{base}/{child}", ["link", "loop"]))
+    except HostFileError:
+        expected = None
+    assert batch == expected, (query, batch, expected)
+    return data, resolved, listing, kinds, directory, batch
