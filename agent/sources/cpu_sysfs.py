@@ -137,7 +137,8 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
     """SMT (any sibling list with ``,`` or ``-``) and socket count, as NFD's ``discoverTopology``:
     nothing when a CPU's file cannot be read.  ``None`` (and an error) in that case and when the
     CPU list cannot be read: the answer is unknown this pass, which is not evidence that the
-    host has no topology (an absent ``/sys/bus/cpu/devices`` is, and gives ``{}``)."""
+    host has no topology (an absent ``/sys/bus/cpu/devices`` is, and gives ``{}``; so does an
+    offline CPU, whose ``topology/`` the kernel removes: NFD gives no topology then either)."""
     errors_before = len(probe.errors)
     cpus = probe.listdir("/sys/bus/cpu/devices")
     if not cpus:
@@ -146,15 +147,30 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
     packages: set[str] = set()
     for cpu in cpus:
         base = f"/sys/bus/cpu/devices/{cpu}/topology"
+        errors_at = len(probe.errors)
         files = probe.read_attrs(base, ("thread_siblings_list", "physical_package_id"))  # one directory lookup
         siblings = files.attr("thread_siblings_list")
         package = files.attr("physical_package_id")
         if siblings is None or package is None:
+            if _offline(probe, cpu):
+                # the kernel removes an offline CPU's topology/ (drivers/base/topology.c,
+                # CPUHP_TOPOLOGY_PREPARE): NFD's discoverTopology then gives no topology at
+                # all.  A known state of the host, not a failed read: determined, no labels.
+                del probe.errors[errors_at:]
+                return {}
             probe.error(base, "topology incomplete; hardware_multithreading not determined this pass")
             return None
         smt = smt or "," in siblings or "-" in siblings
         packages.add(package)
     return {"hardware_multithreading": "true" if smt else "false", "socket_count": str(len(packages))}
+
+
+def _offline(probe: CpuProbe, cpu: str) -> bool:
+    """``cpuN/online`` reads ``0`` (SMT switched off, ``nosmt``, a CPU taken offline)."""
+    try:
+        return probe.host.read_attr(f"/sys/bus/cpu/devices/{cpu}/online") == "0"
+    except HostFileError:
+        return False
 
 
 def rdt(arch: str, raw_flags: list[str]) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import cpuinfo
@@ -460,6 +461,26 @@ def test_a_missing_topology_file_is_undetermined_too(tmp_path):
     result = run(tmp_path)
     assert "topology" not in result.features and P + "hardware_multithreading" not in result.labels
     assert "topology" in result.undetermined
+
+
+def test_an_offline_cpu_is_no_topology_as_nfd_and_not_undetermined(tmp_path):
+    """The kernel removes an offline CPU's topology/ (drivers/base/topology.c registers it at
+    CPUHP_TOPOLOGY_PREPARE and removes it when the CPU goes down; SMT switched off leaves the
+    siblings offline).  NFD's discoverTopology then fails on that CPU and gives no topology:
+    the same labels here, but as a determined answer with no error, so a running agent does
+    not carry an old hardware_multithreading=true forever after SMT is switched off."""
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    add_cpus(tmp_path, 4, threads=2)
+    assert run(tmp_path).labels[P + "hardware_multithreading"] == "true"
+    shutil.rmtree(tmp_path / "sys/devices/system/cpu/cpu3/topology")
+    put(tmp_path, "/sys/devices/system/cpu/cpu3/online", "0\n")
+    result = run(tmp_path)
+    assert "topology" not in result.features and P + "hardware_multithreading" not in result.labels
+    assert not result.undetermined and not result.errors
+    # an online CPU without its topology files is still a failed read, not an offline CPU
+    put(tmp_path, "/sys/devices/system/cpu/cpu3/online", "1\n")
+    result = run(tmp_path)
+    assert "topology" in result.undetermined and result.errors
 
 
 def test_no_cpu_list_is_absence_and_an_unlistable_one_is_undetermined(tmp_path):
