@@ -44,12 +44,16 @@ def host_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = None)
     copy = dict(items or {})
     try:
         # one C-level check for the usual case (every key and value already clean text)
-        clean = "".join(copy).isprintable() and "".join(copy.values()).isprintable()
+        clean = "".join([*copy, *copy.values()]).isprintable()
     except TypeError:  # a non-string key or value: convert each
         clean = False
     if clean:
         return MappingProxyType(copy)
     return MappingProxyType({host_text(k): host_text(v) for k, v in copy.items()})
+
+
+_set_frozen = object.__setattr__
+"""How a frozen dataclass's own ``__init__`` stores its fields."""
 
 
 def nfd_label(source: str, key: str) -> str:
@@ -65,8 +69,12 @@ class Instance:
     attributes: Mapping[str, str]
     origin: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "attributes", host_map(self.attributes))
+    # written by hand (the dataclass keeps it) so the hundreds of instances of a big host's
+    # pass take one ``host_map`` and two plain stores, not the generated init plus
+    # ``__post_init__``'s second store: same fields, same cleaning
+    def __init__(self, attributes: Mapping[str, str] | Iterable[tuple[str, str]], origin: str = "") -> None:
+        _set_frozen(self, "attributes", host_map(attributes))
+        _set_frozen(self, "origin", origin)
 
     def to_json(self) -> dict[str, Any]:
         return {"attributes": dict(self.attributes), "origin": self.origin}

@@ -21,11 +21,10 @@ from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import DirectoryRead, HostFileError, HostFS
 from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
+    _HEX_CHARS,
     AttributeReader,
     MalformedId,
     canonical_label_fields,
-    device_label,
-    first_whitelisted,
     hex_digits,
     is_decimal,
 )
@@ -51,6 +50,8 @@ class Config:
 #: mandatory file -> number of hex digits the kernel writes after ``0x``
 _MANDATORY = (("class", 6), ("vendor", 4), ("device", 4), ("subsystem_vendor", 4), ("subsystem_device", 4))
 _MANDATORY_NAMES = tuple(name for name, _ in _MANDATORY)
+#: ``(file, digits, length with the 0x)`` for the inline check of the kernel's form
+_MANDATORY_WIDTHS = tuple((name, digits, digits + 2) for name, digits in _MANDATORY)
 #: optional files read with the mandatory ones when the device directory lists them
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 #: links of a device directory the source reads the target names of
@@ -140,16 +141,21 @@ def read_function(reader: AttributeReader, address: str, found: DirectoryRead | 
         links = {}
 
     attrs: dict[str, str] = {}
-    for name, digits in _MANDATORY:
+    for name, digits, width in _MANDATORY_WIDTHS:
         raw = values.get(name)
         if not raw:  # missing, empty or unreadable: say which, and skip the device
             reader.required_value(f"{device_dir}/{name}", raw, failures.get(name), f"device {address} skipped")
             return None
-        try:
-            value = hex_digits(raw, digits, prefixed=True)
-        except MalformedId as exc:
-            reader.error(f"{device_dir}/{name}", f"{exc}; device {address} skipped")
-            return None
+        # the kernel's own form (``0x`` + exactly ``digits`` hex digits) checked inline; anything
+        # else goes through hex_digits, which accepts or rejects it with its message
+        if len(raw) == width and raw[:2] == "0x" and not raw[2:].strip(_HEX_CHARS):
+            value = raw[2:].lower()
+        else:
+            try:
+                value = hex_digits(raw, digits, prefixed=True)
+            except MalformedId as exc:
+                reader.error(f"{device_dir}/{name}", f"{exc}; device {address} skipped")
+                return None
         attrs[name] = value[:4] if name == "class" else value
 
     has_sriov_file = False
@@ -221,26 +227,32 @@ def add_extra_attributes(attrs: dict[str, str], reader: AttributeReader, device_
     if physfn:
         attrs["physfn"] = physfn
 
-    def read(name: str) -> str | None:
-        failure = failures.get(name)
-        if failure is not None:
-            reader.error(failure.host_path, f"unreadable: {failure.reason}")
-            return None
-        return values.get(name)
+    if failures:
+        def read(name: str) -> str | None:
+            failure = failures.get(name)
+            if failure is not None:
+                reader.error(failure.host_path, f"unreadable: {failure.reason}")
+                return None
+            return values.get(name)
+    else:  # the common case: every file read (no closure to make per function)
+        read = values.get
 
-    numa = read("numa_node") if failures else values.get("numa_node")
+    numa = read("numa_node")
     if numa is not None and numa != "-1":
         if is_decimal(numa):
             attrs["numa_node"] = str(int(numa))
         else:
             reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
-    revision = read("revision") if failures else values.get("revision")
+    revision = read("revision")
     if revision is not None:
-        try:
-            attrs["revision"] = hex_digits(revision, 2, prefixed=True)
-        except MalformedId as exc:
-            reader.error(f"{device_dir}/revision", str(exc))
-    numvfs = read("sriov_numvfs") if failures else values.get("sriov_numvfs")
+        if len(revision) == 4 and revision[:2] == "0x" and not revision[2:].strip(_HEX_CHARS):
+            attrs["revision"] = revision[2:].lower()  # the kernel's form, as hex_digits returns it
+        else:
+            try:
+                attrs["revision"] = hex_digits(revision, 2, prefixed=True)
+            except MalformedId as exc:
+                reader.error(f"{device_dir}/revision", str(exc))
+    numvfs = read("sriov_numvfs")
     if numvfs is not None:
         if is_decimal(numvfs):
             attrs["sriov_numvfs"] = str(int(numvfs))
@@ -257,12 +269,15 @@ def device_labels(
         reader.error("", f"unknown pci label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
+    # the whitelist lowered once per pass, not once per function (first_whitelisted's match)
+    whitelist = tuple(str(entry).lower() for entry in config.device_class_whitelist)
     for function in functions:
         instance = function.instance
         attrs = instance.attributes
-        if first_whitelisted(attrs["class"], config.device_class_whitelist) is None:
+        device_class = attrs["class"]
+        if not device_class or not device_class.startswith(whitelist):
             continue
-        devlabel = device_label(attrs, fields)
+        devlabel = "_".join([attrs.get(f, "") for f in fields])  # device_label, inline
         key = nfd_label(NAME, f"{devlabel}.present")
         labels[key] = "true"
         origins.setdefault(key, instance.origin)
