@@ -46,13 +46,19 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             reader.error(origin, f"block device {name} vanished during scan")
             continue
         attrs = {"name": name}
+        # the queue's files through one lookup of its directory (HostFS.read_attrs), each
+        # failure reported as reading it alone would (same path, same words, same order)
+        values, failures = host.read_attrs(f"{entry}/queue", QUEUE_ATTRIBUTES)
         for attr in QUEUE_ATTRIBUTES:
-            errors_before = len(reader.errors)
-            value = reader.attr(f"{entry}/queue/{attr}")
+            failure = failures.get(attr)
+            if failure is not None:
+                reader.error(f"{entry}/queue/{attr}", f"unreadable: {failure.reason}")
+                if attr == "rotational":
+                    unsure = True
+                continue
+            value = values.get(attr)
             if value is not None:
                 attrs[attr] = value
-            elif attr == "rotational" and len(reader.errors) > errors_before:
-                unsure = True
         rotational = attrs.get("rotational")
         if rotational is not None and rotational not in ("0", "1"):
             reader.error(f"{entry}/queue/rotational", f"not 0 or 1: {rotational[:40]!r}")
