@@ -79,8 +79,19 @@ def read_attributes(reader: AttributeReader, entry: str, name: str, files,
                     unread: set[str] | None = None) -> dict[str, str]:
     """The interface's attributes; the name of each whose read failed goes into ``unread``."""
     attrs = {"name": name}
-    # the interface's files through one directory lookup (``device/...`` ones take the one-file path)
-    values, failures = reader.host.read_attrs(entry, [file for _, file in files])
+    # the interface's own files through one directory lookup, its ``device/...`` ones through
+    # one lookup of ``device`` (not a walk of both links per file); keyed by ``file`` as listed
+    host = reader.host
+    values, failures = host.read_attrs(entry, [file for _, file in files if "/" not in file])
+    below: dict[str, list[str]] = {}
+    for _, file in files:
+        if "/" in file:
+            subdirectory, _, leaf = file.rpartition("/")
+            below.setdefault(subdirectory, []).append(leaf)
+    for subdirectory, leaves in below.items():
+        sub_values, sub_failures = host.read_attrs(f"{entry}/{subdirectory}", leaves)
+        values.update((f"{subdirectory}/{leaf}", value) for leaf, value in sub_values.items())
+        failures.update((f"{subdirectory}/{leaf}", failure) for leaf, failure in sub_failures.items())
     for attr, file in files:
         failure = failures.get(file)
         if failure is not None:

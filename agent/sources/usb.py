@@ -28,7 +28,6 @@ from agent.sources._sysfs import (
     PrefetchedAttrs,
     canonical_label_fields,
     device_label,
-    first_whitelisted,
     hex_digits,
 )
 
@@ -192,10 +191,14 @@ def device_labels(
         reader.error("", f"unknown usb label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
+    # first_whitelisted's prefix match with the whitelist lowered once per pass, not per instance
+    whitelist = tuple(str(entry).lower() for entry in config.device_class_whitelist)
     for instance in instances:
-        if first_whitelisted(instance.attributes.get("class", ""), config.device_class_whitelist) is None:
+        attrs = instance.attributes
+        device_class = attrs.get("class", "")
+        if not device_class or not device_class.startswith(whitelist):
             continue
-        key = nfd_label(NAME, f"{device_label(instance.attributes, fields)}.present")
+        key = nfd_label(NAME, f"{device_label(attrs, fields)}.present")
         labels[key] = "true"
         origins.setdefault(key, instance.origin)
     return labels, origins
