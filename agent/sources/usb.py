@@ -23,6 +23,7 @@ from agent.features import Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import DirectoryRead, HostFileError, HostFS
 from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
+    _HEX_CHARS,
     AttributeReader,
     MalformedId,
     PrefetchedAttrs,
@@ -94,6 +95,34 @@ def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None 
             return []
     device_dir = found.path
     present = found.names or frozenset()
+    values = found.values
+    klass, vendor, product = values.get("bDeviceClass"), values.get("idVendor"), values.get("idProduct")
+    # the common case checked in one go: every file read, the IDs in the kernel's form (exactly
+    # 4 hex digits, the class 2 or absent); anything else takes the checks below, which say why
+    if (not found.failures and vendor and product and len(vendor) == 4 and len(product) == 4
+            and (not klass or len(klass) == 2) and not (vendor + product + (klass or "")).strip(_HEX_CHARS)):
+        attrs = {"class": klass.lower()} if klass else {}
+        attrs["vendor"] = vendor.lower()
+        attrs["device"] = product.lower()
+        serial = values.get("serial")
+        if serial:
+            attrs["serial"] = serial
+        attrs["sysfs_name"] = name
+        for file in _EXTRA_FILES:
+            value = values.get(file)
+            if value:
+                attrs[file] = value
+    else:
+        checked = _checked_attributes(reader, name, entry, found)
+        if checked is None:
+            return []
+        attrs = checked
+    return _instances(reader, entry, present, device_dir, attrs)
+
+
+def _checked_attributes(reader: AttributeReader, name: str, entry: str, found: DirectoryRead) -> dict[str, str] | None:
+    """A device's attributes checked file by file, each failure reported in reading order;
+    ``None`` (after the error) when its IDs are missing or malformed."""
     files = PrefetchedAttrs(reader, found.values, found.failures)
     attrs: dict[str, str] = {}
     for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
@@ -105,12 +134,12 @@ def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None 
             raw = reader.required_value(f"{entry}/{file}", files.values.get(file), files.failures.get(file),
                                         f"USB device {name} skipped")
             if raw is None:
-                return []
+                return None
         try:
             attrs[attr] = hex_digits(raw, digits, prefixed=False)
         except MalformedId as exc:
             reader.error(f"{entry}/{file}", f"{exc}; USB device {name} skipped")
-            return []
+            return None
     serial = files.attr("serial")
     if serial:
         attrs["serial"] = serial
@@ -120,7 +149,12 @@ def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None 
         value = files.attr(file) if found.failures else values.get(file)  # (attr reports a failure)
         if value:
             attrs[file] = value
+    return attrs
 
+
+def _instances(reader: AttributeReader, entry: str, present: Collection[str], device_dir: str,
+               attrs: dict[str, str]) -> list[Instance]:
+    """The device's instance, or one per interface for class ``00`` (NFD's expansion)."""
     interfaces = read_interfaces(reader, entry, present, device_dir)
     if attrs.get("class") != "00":
         driver = next((drv for _, _, drv in interfaces if drv), None)
@@ -174,10 +208,13 @@ def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str
                 continue  # no bInterfaceClass: not an interface after all, or gone
         iface_class = None
         if raw is not None:
-            try:
-                iface_class = hex_digits(raw, 2, prefixed=False)
-            except MalformedId as exc:
-                reader.error(path, f"{exc}; interface skipped")
+            if len(raw) == 2 and not raw.strip(_HEX_CHARS):  # the kernel's form, as hex_digits returns it
+                iface_class = raw.lower()
+            else:
+                try:
+                    iface_class = hex_digits(raw, 2, prefixed=False)
+                except MalformedId as exc:
+                    reader.error(path, f"{exc}; interface skipped")
         found.append((child, iface_class, links["driver"]))
     return found
 
