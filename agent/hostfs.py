@@ -642,7 +642,12 @@ class HostFS:
                 # under both names for the reads and the resolve() that follow
                 found = self._kernel_resolve_norm(directory)
                 found_fd = self._dirfds.get(found) if found is not None else None
-                if found_fd is not None and found != directory:
+                if found_fd is not None and found == directory:
+                    # no link by now (a device re-registered since the look above): the kernel's
+                    # descriptor is already kept under this name; opening another would overwrite
+                    # it in the cache and leak it
+                    return found_fd
+                if found_fd is not None:
                     fd = os.dup(found_fd)
                 else:
                     fd = self._confined_open(directory, _DIR_FLAGS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import stat
 import threading
@@ -594,3 +595,131 @@ def test_read_children_goes_through_a_subclass_s_methods(tree):
     assert found == {"0000:00:02.0": ({"vendor": "0x8086"}, {}, {"driver": "i915"})}
     assert seen == [("read_attrs", "/sys/devices/pci0000:00/0000:00:02.0"),
                     ("link_names", "/sys/devices/pci0000:00/0000:00:02.0")]
+
+
+def _device_tree(root):
+    """A bus of device links as sysfs has them, plus every odd case the inline device-link path
+    (``HostFS._device_link``) must hand back to the walk: a target below a bridge read before,
+    an absolute target, a ``./`` target, a target that is a link, a file, gone, or outside."""
+    devices = root / "sys/devices/pci0000:00"
+    bus = root / "sys/bus/pci/devices"
+    bus.mkdir(parents=True)
+    (root / "sys/bus/pci/drivers/nvme").mkdir(parents=True)
+    for n, parent in [(0, ""), (1, ""), (2, "0000:00:01.0/"), (3, "0000:00:01.0/0000:00:02.0/"), (4, "")]:
+        dev = devices / f"{parent}0000:00:0{n}.0"
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text(f"0x10{n}e\n")
+        os.symlink("../../../bus/pci/drivers/nvme", dev / "driver")
+        os.symlink(f"../../../devices/pci0000:00/{parent}0000:00:0{n}.0", bus / f"0000:00:0{n}.0")
+    os.symlink("0000:00:00.0", devices / "alias")
+    (devices / "afile").write_text("x\n")
+    os.symlink("../../../devices/pci0000:00/alias", bus / "to-alias")
+    os.symlink("../../../devices/pci0000:00/afile", bus / "to-file")
+    os.symlink("../../../devices/pci0000:00/gone", bus / "dangling")
+    os.symlink("/sys/devices/pci0000:00/0000:00:04.0", bus / "absolute")
+    os.symlink("./../../../devices/pci0000:00/0000:00:01.0", bus / "dot-first")
+    os.symlink("../../../../../../../../etc", bus / "above-root")
+    (bus / "real-dir").mkdir()
+    (bus / "real-dir/vendor").write_text("0xdead\n")
+    return [p.name for p in sorted(bus.iterdir())] * 2
+
+
+def test_read_directory_in_one_pass_answers_as_its_parts(tmp_path, HostFS):
+    """Devices read one after another through one seam (the inline device-link path is taken
+    from the second device on) answer exactly as a fresh seam's resolve/listdir/read_attrs/link_names."""
+    root = tmp_path / "root"
+    entries = _device_tree(root)
+    host = HostFS(root)
+    for _ in range(2):
+        host.clear_cache()
+        for entry in entries:
+            path = f"/sys/bus/pci/devices/{entry}"
+            found = host.read_directory(path, ["vendor"], optional=["absent"], links=["driver"])
+            parts = HostFS(root)
+            real = parts.resolve(path)
+            assert found.path == real == host.resolve(path), entry
+            try:
+                names = frozenset(parts.listdir(real))
+            except HostFileError:
+                names = None
+            assert found.names == names, entry
+            if names:
+                assert (found.values, found.failures) == parts.read_attrs(real, ["vendor"]), entry
+                assert found.links == parts.link_names(real, [n for n in ["driver"] if n in names]), entry
+    assert host.resolve("/sys/bus/pci/devices/0000:00:03.0") == \
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:00:02.0/0000:00:03.0"
+    assert host.read_directory("/sys/bus/pci/devices/to-alias").path == "/sys/devices/pci0000:00/0000:00:00.0"
+    assert host.read_directory("/sys/bus/pci/devices/above-root").path == "/etc"
+
+
+def test_descriptors_do_not_leak_over_passes_with_device_churn(tmp_path, HostFS):
+    """Many passes while devices come, go, and turn from links into directories and back: open
+    descriptors stay bounded during the passes and all close with the seam."""
+    import random
+
+    root = tmp_path / "root"
+    entries = sorted(set(_device_tree(root)))
+    bus = root / "sys/bus/pci/devices"
+    rng = random.Random(13)
+    gc.collect()  # seams of earlier tests close their descriptors when collected
+    before = len(os.listdir("/proc/self/fd"))
+    host = HostFS(root)
+    for _ in range(60):
+        host.clear_cache()
+        entry = rng.choice(entries)
+        link = bus / entry
+        if link.is_symlink():
+            target = os.readlink(link)
+            link.unlink()
+            if rng.random() < 0.5:
+                link.mkdir()
+            else:
+                os.symlink(target.replace("0000:00:0", "0000:00:1"), link)  # moved: dangling now
+        elif link.is_dir():
+            for child in link.iterdir():
+                child.unlink()
+            link.rmdir()
+            os.symlink("../../../devices/pci0000:00/0000:00:00.0", link)
+        for name in entries:
+            path = f"/sys/bus/pci/devices/{name}"
+            host.listdir("/sys/bus/pci/devices")
+            host.read_directory(path, ["vendor"], links=["driver"])
+            host.read_attrs(path, ["vendor"])
+            host.link_names(path, ["driver"])
+            host.read_children("/sys/bus/pci/devices", [name], ["vendor"], ["driver"])
+            host.is_dir(path)
+            host.resolve(path)
+        assert len(os.listdir("/proc/self/fd")) <= before + hostfs_module._MAX_DIR_FDS + 1
+    host.clear_cache()
+    host.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2")
+def test_a_link_turning_into_a_directory_mid_lookup_leaks_no_descriptor(tmp_path, monkeypatch):
+    """The race ``HostFS._dirfd`` can meet under ``openat2``: the entry is a link when its
+    parent's descriptor says so, and a directory by the time the kernel resolves it (a device
+    re-registered in between). The descriptor kept then must be the one used, never overwritten."""
+    root = tmp_path / "root"
+    (root / "sys/devices/usb1/1-2").mkdir(parents=True)
+    (root / "sys/bus/usb/devices").mkdir(parents=True)
+    link = root / "sys/bus/usb/devices/1-2"
+    os.symlink("../../../devices/usb1/1-2", link)
+    real_openat2 = hostfs_module._openat2
+
+    def racing(dirfd, path, flags):
+        if path == "sys/bus/usb/devices/1-2" and link.is_symlink():
+            link.unlink()
+            link.mkdir()
+            (link / "idVendor").write_text("1a6e\n")
+        return real_openat2(dirfd, path, flags)
+
+    monkeypatch.setattr(hostfs_module, "_openat2", racing)
+    gc.collect()  # seams of earlier tests close their descriptors when collected
+    before = len(os.listdir("/proc/self/fd"))
+    host = ResolversOnly(root, kernel_resolve=True)
+    assert host.listdir("/sys/bus/usb/devices") == ["1-2"]
+    assert host.read_attrs("/sys/bus/usb/devices/1-2", ["idVendor"]) == ({"idVendor": "1a6e"}, {})
+    host.clear_cache()
+    host.close()
+    assert len(os.listdir("/proc/self/fd")) == before
