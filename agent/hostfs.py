@@ -279,6 +279,8 @@ class HostFS:
         #: no seam method a one-go read stands for is overridden (checked per instance: a bench
         #: or a test may replace methods on its subclass after the class was made)
         self._plain_seam = all(getattr(type(self), name) is getattr(HostFS, name) for name in _COMPOSED)
+        #: :meth:`read_directory` may take its one-descriptor path (else it calls its parts)
+        self._walks_directories = bool(self._prefix) and self._walk_links and recorder is None and self._plain_seam
 
     # -- path mapping -----------------------------------------------------------------
     @property
@@ -922,8 +924,8 @@ class HostFS:
         resolved directory (the same files; errors and recorders name them by the caller's path).
         :class:`HostFileError` when the path cannot be resolved (a link loop)."""
         norm = self._normalise(host_path)
-        if not (self._prefix and self._walk_links and self._recorder is None and self._plain_seam
-                and norm != "/" and "\x00" not in norm and (self._owner == _get_ident() or self._owns_descriptors())):
+        if not (self._walks_directories and norm != "/" and "\x00" not in norm
+                and (self._owner == _get_ident() or self._owns_descriptors())):
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)
         dirfds = self._dirfds
         try:
@@ -992,10 +994,7 @@ class HostFS:
         if (not names or ups % 3 or target[:ups] != "../" * (ups // 3) or names[0] == "." or "/." in names
                 or "//" in names or names[-1] == "/" or "\x00" in target):
             return self._follow_link(norm, parent, target, [0])
-        current = parent
-        for _ in range(ups // 3):
-            current = current.rpartition("/")[0]
-        real = (current or "") + "/" + names
+        real = parent.rsplit("/", ups // 3)[0] + "/" + names  # each "../" one name up; at the root it stays
         real_parent, _, real_leaf = real.rpartition("/")
         real_parent = real_parent or "/"
         if (real_parent not in canon or real_parent in self._link_parents or real in dirfds
