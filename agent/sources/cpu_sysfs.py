@@ -7,7 +7,7 @@ when it would have none; every unreadable file is a ``SourceError`` through :cla
 from __future__ import annotations
 
 from agent.hostfs import HostFileError, HostFS
-from agent.sources._sysfs import AttributeReader
+from agent.sources._sysfs import AttributeReader, PrefetchedAttrs
 
 CPU_SYSFS = "/sys/devices/system/cpu"
 #: Linux flag -> NFD ``cpu.rdt`` attribute (CPUID leaves 0x7/0xF/0x10 as the kernel reports them)
@@ -133,6 +133,9 @@ def _misc_capacity(probe: CpuProbe, resource: str, key: str, attrs: dict[str, st
         return
 
 
+_TOPOLOGY_FILES = ("thread_siblings_list", "physical_package_id")
+
+
 def topology(probe: CpuProbe) -> dict[str, str] | None:
     """SMT (any sibling list with ``,`` or ``-``) and socket count, as NFD's ``discoverTopology``:
     nothing when a CPU's file cannot be read.  ``None`` (and an error) in that case and when the
@@ -145,12 +148,18 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
         return None if len(probe.errors) > errors_before else {}
     smt = False
     packages: set[str] = set()
+    read_attrs = probe.host.read_attrs
     for cpu in cpus:
         base = f"/sys/bus/cpu/devices/{cpu}/topology"
         errors_at = len(probe.errors)
-        files = probe.read_attrs(base, ("thread_siblings_list", "physical_package_id"))  # one directory lookup
-        siblings = files.attr("thread_siblings_list")
-        package = files.attr("physical_package_id")
+        values, failures = read_attrs(base, _TOPOLOGY_FILES)  # one directory lookup
+        if failures:  # each reported as PrefetchedAttrs.attr reports it, in the same order
+            files = PrefetchedAttrs(probe, values, failures)
+            siblings = files.attr("thread_siblings_list")
+            package = files.attr("physical_package_id")
+        else:
+            siblings = values.get("thread_siblings_list")
+            package = values.get("physical_package_id")
         if siblings is None or package is None:
             if _offline(probe, cpu):
                 # the kernel removes an offline CPU's topology/ (drivers/base/topology.c,
