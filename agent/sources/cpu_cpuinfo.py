@@ -13,6 +13,7 @@ agent runs on, so a recording from any host replays exactly.  Pure functions, no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping
 
 #: the architectures this module recognises (``""`` = a layout it does not know)
@@ -34,14 +35,17 @@ class CpuInfoBlock:
     fields: Mapping[str, str] = field(default_factory=dict)
     lines: tuple[tuple[str, str], ...] = ()
 
-    @property
+    # both computed once per block (a pass asks for them five times; the flags line of a big
+    # x86 host is some 200 names); ``fields`` never changes after the block is made
+    @cached_property
     def arch(self) -> str:
         """One of :data:`ARCHES`, or ``""`` when the layout is none of them."""
         return cpuinfo_arch(self.fields)
 
-    @property
+    @cached_property
     def raw_flags(self) -> list[str]:
-        """The kernel's feature names for this architecture (x86 ``flags``, hwcaps elsewhere)."""
+        """The kernel's feature names for this architecture (x86 ``flags``, hwcaps elsewhere);
+        one list shared by every caller, which only read it."""
         arch = self.arch
         key = {"x86": "flags", "arm64": "Features", "arm": "Features", "s390x": "features"}.get(arch)
         return (self.fields.get(key, "") if key else "").split()
