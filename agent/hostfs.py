@@ -954,19 +954,7 @@ class HostFS:
             wanted = [*files, *[name for name in optional if name in names]] if optional else files
             self._read_leaves(dirfd, base, wanted, values, failures)
             if links:
-                readlink, safe = os.readlink, _PLAIN_NAMES
-                for name in links:
-                    if name not in names:
-                        continue
-                    if name not in safe and not _plain_name(name):
-                        found[name] = self.link_name(f"{base}/{name}")
-                        continue
-                    try:
-                        target = readlink(name, dir_fd=dirfd)
-                    except OSError:
-                        found[name] = None
-                        continue
-                    found[name] = target.rstrip("/").rpartition("/")[2] if target else None
+                self._read_link_names(dirfd, base, [name for name in links if name in names], found)
         return _new_tuple(DirectoryRead, (real, names, None, values, failures, found))
 
     def _device_link(self, norm: str) -> str | None:
@@ -1043,6 +1031,15 @@ class HostFS:
             except (OSError, HostFileError):
                 dirfd = None
         found: dict[str, str | None] = {}
+        self._read_link_names(dirfd, base, names, found)
+        return found
+
+    def _read_link_names(self, dirfd: int | None, base: str, names: Iterable[str],
+                         found: dict[str, str | None]) -> None:
+        """Into ``found``: each name's link target basename, read with ``readlinkat`` relative to
+        the open directory ``dirfd`` (``None`` when the entry is no link or absent); an odd name,
+        or no descriptor, through :meth:`link_name`.  Shared by :meth:`read_directory` and
+        :meth:`link_names`."""
         readlink = os.readlink
         for name in names:
             if dirfd is None or (name not in _PLAIN_NAMES and not _plain_name(name)):
@@ -1054,7 +1051,6 @@ class HostFS:
                 found[name] = None
                 continue
             found[name] = target.rstrip("/").rpartition("/")[2] if target else None
-        return found
 
     def read_children(self, directory: str, children: Iterable[str], files: Iterable[str] = (),
                       links: Iterable[str] = ()) -> dict[str, tuple[dict[str, str | None], dict[str, HostFileError],
