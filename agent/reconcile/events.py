@@ -161,10 +161,8 @@ class EventRecorder:
         thread's own pass holds it already (or Events are off)."""
         if not self.enabled or not message:
             return False
-        body = event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
-        held = getattr(self._local, "held", None)
-        if held is not None:
-            held.append((body, warning))
+        body = self._body(node_uid, reason, message, warning)
+        if self._held_by_this_pass(body, warning):
             return False
         with self._next_pass_lock:
             self._next_pass.append(body)
@@ -174,12 +172,21 @@ class EventRecorder:
         """Post an Event (or hold it, inside ``deferred``); False if it could not be posted now."""
         if not self.enabled or not message:
             return False
-        body = event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
-        held = getattr(self._local, "held", None)
-        if held is not None:
-            held.append((body, warning))
+        body = self._body(node_uid, reason, message, warning)
+        if self._held_by_this_pass(body, warning):
             return True
         return self._send(body, warning)
+
+    def _body(self, node_uid: str, reason: str, message: str, warning: bool) -> dict[str, Any]:
+        return event_body(self.node_name, node_uid, reason, message, "Warning" if warning else "Normal", self._now())
+
+    def _held_by_this_pass(self, body: dict[str, Any], warning: bool) -> bool:
+        """Inside ``deferred`` on this thread: the Event joins the pass's one Event (True)."""
+        held = getattr(self._local, "held", None)
+        if held is None:
+            return False
+        held.append((body, warning))
+        return True
 
     def _send(self, body: dict[str, Any], warning: bool) -> bool:
         if self._post(body):
