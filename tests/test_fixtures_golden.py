@@ -29,6 +29,7 @@ from agent.discovery import discover
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from tests.conftest import FIXTURES, REPO
+from tests.support.recorded_tools import recorded_tool
 
 NODE_NAME = "fixture-node"
 UPDATE = os.environ.get("UPDATE_GOLDENS", "") not in ("", "0")
@@ -491,12 +492,7 @@ def test_attribute_formats_are_the_kernels(case):
 
 
 def _dt_board_writer():
-    sys.path.insert(0, str(REPO / "fixtures" / "recorded"))
-    try:
-        import make_dt_boards
-    finally:
-        sys.path.remove(str(REPO / "fixtures" / "recorded"))
-    return make_dt_boards
+    return recorded_tool("make_dt_boards")
 
 
 DT_BOARDS = sorted(_dt_board_writer().CASES)
@@ -534,12 +530,7 @@ def test_recorded_pi4_cpuinfo_is_the_published_text():
 
 
 def _dts_text():
-    sys.path.insert(0, str(REPO / "fixtures" / "recorded"))
-    try:
-        import dts_text
-    finally:
-        sys.path.remove(str(REPO / "fixtures" / "recorded"))
-    return dts_text
+    return recorded_tool("dts_text")
 
 
 def test_dts_text_reads_dtc_output_into_the_kernels_bytes():

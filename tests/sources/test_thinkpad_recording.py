@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.snapshot import RecordingHostFS
 from tests.conftest import FIXTURES, REPO
+from tests.support.recorded_tools import recorded_tool
 
 ROOT = FIXTURES / "thinkpad-t60p-recorded"
 
@@ -188,12 +188,7 @@ def test_absent_files_give_nfds_defaults_and_only_the_proc_errors(result):
 
 # -- the extractor: the script is data, and only what the sources read is kept ------------------
 def _extractor():
-    sys.path.insert(0, str(REPO / "fixtures" / "recorded"))
-    try:
-        import extract_sys_script
-    finally:
-        sys.path.remove(str(REPO / "fixtures" / "recorded"))
-    return extract_sys_script
+    return recorded_tool("extract_sys_script")
 
 
 MINI_SCRIPT = b"""import os, sys

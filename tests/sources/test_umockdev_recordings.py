@@ -13,7 +13,6 @@ read from the recording's ``A:`` lines and NFD's ``source/usb`` / ``source/pci``
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.sources import pci, usb
 from tests.conftest import REPO
+from tests.support.recorded_tools import recorded_tool
 
 RECORDINGS = REPO / "fixtures" / "recorded" / "umockdev"
 #: file -> git blob at martinpitt/umockdev 39f785a7 (the copies must stay byte-identical)
@@ -35,12 +35,7 @@ BLOBS = {"fido2.umockdev": "4df0d013086b5360629a6778eb3bfe131eae4a3b",
 
 
 def _tree_builder():
-    sys.path.insert(0, str(REPO / "fixtures" / "recorded"))
-    try:
-        import umockdev_tree
-    finally:
-        sys.path.remove(str(REPO / "fixtures" / "recorded"))
-    return umockdev_tree
+    return recorded_tool("umockdev_tree")
 
 
 def replay(name: str, tmp_path: Path) -> Path:
