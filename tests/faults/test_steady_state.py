@@ -145,48 +145,40 @@ def test_an_unreadable_topology_file_keeps_the_label_until_a_read_shows_otherwis
     assert cache.current.results["cpu"].labels[SMT] == "false" and not cache.carried
 
 
-def test_an_unreadable_rotational_file_keeps_the_ssd_label(tmp_path):
-    """storage on coral-usb (one NVMe disk): its queue/rotational unreadable keeps
-    storage-nonrotationaldisk and the block feature of the pass before; the disk really
-    spinning (rotational 1, read) removes the label."""
+@pytest.mark.parametrize(
+    "case, source, label, carried, file_of, really",
+    [
+        # storage on coral-usb (one NVMe disk): its queue/rotational unreadable keeps
+        # storage-nonrotationaldisk and the block feature of the pass before; the disk really
+        # spinning (rotational 1, read) removes the label
+        ("coral-usb", "storage", "feature.node.kubernetes.io/storage-nonrotationaldisk", "storage.block",
+         lambda root, before: HostFS(str(root)).resolve("/sys/block/nvme0n1") + "/queue/rotational", "1\n"),
+        # network on amd-gpu (one SR-IOV capable NIC): its sriov_totalvfs unreadable keeps
+        # network-sriov.capable and the device feature of the pass before; a count of 0, read,
+        # removes the label
+        ("amd-gpu", "network", "feature.node.kubernetes.io/network-sriov.capable", "network.device",
+         lambda root, before: before.label_origins["feature.node.kubernetes.io/network-sriov.capable"], "0\n"),
+    ],
+    ids=["rotational-keeps-ssd-label", "vf-count-keeps-sriov-label"],
+)
+def test_an_unreadable_file_keeps_the_label_it_decides(tmp_path, case, source, label, carried, file_of, really):
+    """One file a feature needs made unreadable: the pass keeps the label and feature of the
+    pass before (carried); the file read again with a real change removes the label."""
     root = tmp_path / "host"
-    shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)
-    label = "feature.node.kubernetes.io/storage-nonrotationaldisk"
-    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ["storage"])
+    shutil.copytree(FIXTURES / case, root, symlinks=True)
+    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), [source])
     cache.refresh(None)
-    before = cache.current.results["storage"]
+    before = cache.current.results[source]
     assert before.labels == {label: "true"}
-    rotational = HostFS(str(root)).resolve("/sys/block/nvme0n1") + "/queue/rotational"
-    restore = break_file(root, rotational)
+    host_file = file_of(root, before)
+    restore = break_file(root, host_file)
     cache.refresh(None)
-    now = cache.current.results["storage"]
-    assert now.labels == before.labels and now.features == before.features and "storage.block" in cache.carried
+    now = cache.current.results[source]
+    assert now.labels == before.labels and now.features == before.features and carried in cache.carried
     restore()
-    (root / rotational.lstrip("/")).write_text("1\n")
+    (root / host_file.lstrip("/")).write_text(really)
     cache.refresh(None)
-    assert cache.current.results["storage"].labels == {} and not cache.carried
-
-
-def test_an_unreadable_vf_count_keeps_the_sriov_label(tmp_path):
-    """network on amd-gpu (one SR-IOV capable NIC): its sriov_totalvfs unreadable keeps
-    network-sriov.capable and the device feature of the pass before; a count of 0, read,
-    removes the label."""
-    root = tmp_path / "host"
-    shutil.copytree(FIXTURES / "amd-gpu", root, symlinks=True)
-    label = "feature.node.kubernetes.io/network-sriov.capable"
-    cache = DiscoveryCache(HostFS(str(root)), DiscoveryConfig(node_name=NODE), ["network"])
-    cache.refresh(None)
-    before = cache.current.results["network"]
-    assert before.labels == {label: "true"}
-    totalvfs = before.label_origins[label]
-    restore = break_file(root, totalvfs)
-    cache.refresh(None)
-    now = cache.current.results["network"]
-    assert now.labels == before.labels and now.features == before.features and "network.device" in cache.carried
-    restore()
-    (root / totalvfs.lstrip("/")).write_text("0\n")
-    cache.refresh(None)
-    assert cache.current.results["network"].labels == {} and not cache.carried
+    assert cache.current.results[source].labels == {} and not cache.carried
 
 
 def test_an_undetermined_feature_with_no_earlier_answer_is_left_out(tmp_path):
