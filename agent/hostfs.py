@@ -200,6 +200,11 @@ def _read_open(fd: int, host_path: str, max_bytes: int) -> bytes:
     data = os.read(fd, max_bytes)
     if status.st_size and len(data) < max_bytes or not data:
         return data
+    return _read_to_end(fd, data, max_bytes)
+
+
+def _read_to_end(fd: int, data: bytes, max_bytes: int) -> bytes:
+    """``data`` (the first read of ``fd``) and what follows it, up to ``max_bytes`` in all."""
     chunks = [data]
     left = max_bytes - len(data)
     while left > 0:
@@ -842,11 +847,23 @@ class HostFS:
         return values, failures
 
     def _read_leaves(self, dirfd: int | None, base: str, names: Iterable[str],
-                     values: dict[str, str | None], failures: dict[str, HostFileError]) -> None:
+                     values: dict[str, str | None], failures: dict[str, HostFileError],
+                     regular: dict[str, bool] | None = None) -> None:
         """:meth:`read_attrs`' loop: each name opened relative to ``dirfd`` (the open directory
         ``base``), or through :meth:`read_attr` where that cannot be done safely (``dirfd`` None,
         an odd name, a leaf that is a link).  The hottest loop of a pass (one turn per file):
-        the common case (a sized regular file of plain text) runs on local names only."""
+        the common case (a sized regular file of plain text) runs on local names only.
+
+        ``regular``: the directory's listing as :meth:`read_directory` just read it, name ->
+        whether its entry type (``d_type``) is a regular file.  A name listed as one is opened
+        (``O_NOFOLLOW | O_NONBLOCK``) and read without the ``fstat`` that otherwise refuses
+        FIFOs and device nodes (a third of this loop's cost on a big host): the listing already
+        refused them, before any open.  Without the file size, a read that ends off a page
+        boundary is the file's end (regular files end at a short read; sysfs returns an
+        attribute whole and a binary attribute a page at a time); a read of whole pages reads
+        on to the end.  An entry swapped for a FIFO or device node between the listing and the
+        open would be read: on sysfs only the kernel makes entries, and on any other tree only
+        a process able to create device nodes on the host could race it."""
         if dirfd is None:
             for name in names:
                 self._read_one(base, name, values, failures)
@@ -869,6 +886,19 @@ class HostFS:
                     failures[name] = _oserror(f"{base}/{name}", exc)
                 continue
             try:
+                if regular is not None and regular.get(name):  # listed as a regular file
+                    data = read(fd, limit)
+                    if data and not len(data) & 4095:  # whole pages: there may be more
+                        data = _read_to_end(fd, data, limit)
+                    try:
+                        text = data.decode()
+                    except UnicodeDecodeError:
+                        text = None
+                    if text is not None and "\x00" not in text:
+                        values[name] = text.strip()
+                    else:
+                        values[name] = _attr_text(f"{base}/{name}", data).strip()
+                    continue
                 # _read_open and _attr_text inline for the common case (a regular file that
                 # states its size, one read, UTF-8 without NUL); anything else takes them as
                 # they are, so every refusal and error reads the same
@@ -940,11 +970,18 @@ class HostFS:
         try:
             fd = os.open(".", _LIST_FLAGS, dir_fd=dirfd)
             try:
-                names = frozenset(os.listdir(fd))
+                # one getdents: the names, and which are regular files (d_type), so the files
+                # read below need no fstat each (_read_leaves)
+                with os.scandir(fd) as listing:
+                    regular: dict[str, bool] | None = {entry.name: entry.is_file(follow_symlinks=False)
+                                                       for entry in listing}
             finally:
                 os.close(fd)
         except OSError:
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)
+        names = frozenset(regular)
+        if real == "/proc" or real.startswith("/proc/"):
+            regular = None  # procfs files state no size and may end off a page: fstat and read to EOF
         values: dict[str, str | None] = {}
         failures: dict[str, HostFileError] = {}
         found: dict[str, str | None] = {}
@@ -952,7 +989,7 @@ class HostFS:
             named = norm if through_link else real
             base = "" if named == "/" else named
             wanted = [*files, *[name for name in optional if name in names]] if optional else files
-            self._read_leaves(dirfd, base, wanted, values, failures)
+            self._read_leaves(dirfd, base, wanted, values, failures, regular)
             if links:
                 self._read_link_names(dirfd, base, [name for name in links if name in names], found)
         return _new_tuple(DirectoryRead, (real, names, None, values, failures, found))

@@ -370,6 +370,37 @@ def test_read_directory_answers_as_its_parts(tmp_path, HostFS):
     assert HostFS(root).read_directory("/sys/bus/pci/devices/outside", ["secret"]).names == frozenset()
 
 
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 8192, 12289, hostfs_module.MAX_ATTR_BYTES,
+                                  hostfs_module.MAX_ATTR_BYTES + 5000])
+def test_read_directory_reads_listed_files_whole_without_their_size(tmp_path, HostFS, size):
+    """A file the listing shows as regular is read without ``fstat`` (no size known): a read of
+    whole pages reads on, so a file of any length comes back whole (up to the seam's limit),
+    exactly as :meth:`read_attrs` (which asks ``fstat``) reads it."""
+    dev = tmp_path / "sys/devices/platform/dev0"
+    dev.mkdir(parents=True)
+    content = ("0123456789abcde\n" * (size // 16 + 1))[:size]
+    (dev / "attr").write_text(content)
+    found = HostFS(tmp_path).read_directory("/sys/devices/platform/dev0", ["attr"])
+    assert found.failures == {}
+    assert found.values["attr"] == content[:hostfs_module.MAX_ATTR_BYTES].strip()
+    assert found.values == HostFS(tmp_path).read_attrs("/sys/devices/platform/dev0", ["attr"])[0]
+
+
+def test_read_directory_never_reads_a_device_node(tmp_path, HostFS):
+    """A character device named like an attribute is listed as no regular file: refused as
+    :meth:`read_attrs` refuses it, its content never read."""
+    dev = tmp_path / "sys/devices/platform/dev0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x8086\n")
+    try:
+        os.mknod(dev / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero's numbers
+    except PermissionError:
+        pytest.skip("no CAP_MKNOD here: a device node cannot be made")
+    found = HostFS(tmp_path).read_directory("/sys/devices/platform/dev0", ["vendor"], optional=["zero"])
+    assert found.values == {"vendor": "0x8086"}
+    assert found.failures["zero"].reason == "not a regular file (FIFO, socket or device node)"
+
+
 def test_read_directory_goes_through_a_subclass_s_methods(tree):
     """A seam that overrides what a one-go read stands for (a tracer, a fault injector) sees each part."""
     seen = []
