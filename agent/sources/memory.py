@@ -84,7 +84,8 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     except HostFileError as exc:
         nodes = None
         error(NODES, f"unlistable: {exc.reason}")
-    if nodes is not None and host.is_dir(NODES):
+    # a listing with entries is a directory; only an empty one (or none: [] when missing) needs asking
+    if nodes is not None and (nodes or host.is_dir(NODES)):
         is_numa = len(nodes) > 1
         features["numa"] = Feature(attributes={"is_numa": str(is_numa).lower(), "node_count": str(len(nodes))}, origin=NODES)
         if is_numa:

@@ -54,10 +54,12 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         if origin is None:
             unread.update(attr for attr, _key in _SRIOV)
             continue
-        if not host.is_dir(entry):
+        # asked of the resolved directory, whose parent the resolution left open: one stat each,
+        # where asking through the class link resolved the link again (openat2 + fstat for is_dir)
+        if not host.is_dir(origin):
             reader.error(origin, f"interface {name} vanished during scan")
             continue
-        if host.exists(f"{entry}/device"):
+        if host.exists(f"{origin}/device"):
             physical.append((read_physical(reader, entry, name, unread), origin))
         else:
             virtual.append(Instance(read_attributes(reader, entry, name, _VIRTUAL_FILES), origin))

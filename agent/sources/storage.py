@@ -42,13 +42,14 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         if origin is None:
             unsure = True
             continue
-        if not host.is_dir(entry):
+        if not host.is_dir(origin):  # the resolved directory: one stat, not the link resolved again
             reader.error(origin, f"block device {name} vanished during scan")
             continue
         attrs = {"name": name}
-        # the queue's files through one lookup of its directory (HostFS.read_attrs), each
-        # failure reported as reading it alone would (same path, same words, same order)
-        values, failures = host.read_attrs(f"{entry}/queue", QUEUE_ATTRIBUTES)
+        # the queue's files through one lookup of its directory (HostFS.read_attrs), below the
+        # resolved device directory that resolve() left open (not the /sys/block link again);
+        # each failure reported as reading it alone would (same path, same words, same order)
+        values, failures = host.read_attrs(f"{origin}/queue", QUEUE_ATTRIBUTES)
         for attr in QUEUE_ATTRIBUTES:
             failure = failures.get(attr)
             if failure is not None:

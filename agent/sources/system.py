@@ -88,13 +88,15 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         break
 
     dmi: dict[str, str] = {}
+    # the sixteen files through one lookup of their directory (HostFS.read_attrs), each failure
+    # reported in this order as reading the file alone would
+    values, failures = host.read_attrs(DMI_DIR, DMI_ATTRIBUTES)
     for attr in DMI_ATTRIBUTES:
-        path = f"{DMI_DIR}/{attr}"
-        try:
-            value = host.read_attr(path)
-        except HostFileError as exc:
-            errors.append(SourceError(NAME, path, f"unreadable, left out: {exc.reason}"))
+        failure = failures.get(attr)
+        if failure is not None:
+            errors.append(SourceError(NAME, f"{DMI_DIR}/{attr}", f"unreadable, left out: {failure.reason}"))
             continue
+        value = values.get(attr)
         if value is not None:
             dmi[attr] = value
     if dmi:
