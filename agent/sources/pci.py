@@ -14,6 +14,7 @@ a device directory holds can stop the scan.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Container, Mapping, NamedTuple
 
@@ -50,8 +51,13 @@ class Config:
 #: mandatory file -> number of hex digits the kernel writes after ``0x``
 _MANDATORY = (("class", 6), ("vendor", 4), ("device", 4), ("subsystem_vendor", 4), ("subsystem_device", 4))
 _MANDATORY_NAMES = tuple(name for name, _ in _MANDATORY)
-#: ``(file, digits, length with the 0x)`` for the inline check of the kernel's form
+#: ``(file, digits, length with the 0x)`` for the file-by-file check
 _MANDATORY_WIDTHS = tuple((name, digits, digits + 2) for name, digits in _MANDATORY)
+#: the five mandatory files in the kernel's own form (``0x`` + exactly the digits, see
+#: :func:`hex_digits`), joined by newlines in ``_MANDATORY`` order: the common case checked by one
+#: C-level match instead of five rounds of Python checks (an absent file joins as ``None``, a
+#: stripped value holds no newline, so neither can match)
+_KERNEL_IDS = re.compile("\n".join(f"0x[0-9a-fA-F]{{{digits}}}" for _, digits in _MANDATORY))
 #: optional files read with the mandatory ones when the device directory lists them
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 #: links of a device directory the source reads the target names of
@@ -121,22 +127,19 @@ def read_function(reader: AttributeReader, address: str, found: DirectoryRead | 
     given); ``group_types``: the IOMMU groups' ``type`` files already read
     (:meth:`HostFS.read_children` of ``/sys/kernel/iommu_groups``; a group not in it is read here).
     """
-    host = reader.host
-    entry = f"{DEVICES}/{address}"
     # one listing of the device directory says which optional files and links exist, so
     # absent ones cost nothing (a function has ~35 entries; most lack sriov_*, physfn, iommu);
     # the directory is resolved, listed and read through one descriptor
     if found is None:
-        found = read_device_directory(host, address)
+        found = read_device_directory(reader.host, address)
     if isinstance(found, HostFileError):
-        reader.error(entry, f"cannot resolve: {found.reason}")
+        reader.error(f"{DEVICES}/{address}", f"cannot resolve: {found.reason}")
         return None
-    device_dir = found.path
-    present = found.names
-    if present:
-        values, failures, links = found.values, found.failures, found.links
-    else:
+    device_dir, present, _, values, failures, links = found
+    if not present:
+        host = reader.host
         if not host.is_dir(device_dir):
+            entry = f"{DEVICES}/{address}"
             if host.is_link(entry):
                 reader.error(device_dir, f"device {address} vanished during scan (link target is gone)")
             else:
@@ -147,14 +150,57 @@ def read_function(reader: AttributeReader, address: str, found: DirectoryRead | 
         values, failures = host.read_attrs(device_dir, _MANDATORY_NAMES)
         links = {}
 
+    get = values.get
+    ids = f"{get('class')}\n{get('vendor')}\n{get('device')}\n{get('subsystem_vendor')}\n{get('subsystem_device')}"
+    if _KERNEL_IDS.fullmatch(ids):
+        ids = ids.lower()  # "0xCCCCcc\n0xVVVV\n0xDDDD\n0xSSSS\n0xTTTT": the class is its first 4 digits
+        attrs = {"class": ids[2:6], "vendor": ids[11:15], "device": ids[18:22],
+                 "subsystem_vendor": ids[25:29], "subsystem_device": ids[32:36]}
+    else:
+        checked = _checked_ids(reader, address, device_dir, values, failures)
+        if checked is None:
+            return None
+        attrs = checked
+
+    has_sriov_file = False
+    if "sriov_totalvfs" in present:
+        failure = failures.get("sriov_totalvfs")
+        if failure is not None:
+            has_sriov_file = True
+            reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {failure.reason}")
+        else:
+            totalvfs = get("sriov_totalvfs")
+            has_sriov_file = totalvfs is not None
+            if totalvfs:
+                if is_decimal(totalvfs):
+                    attrs["sriov_totalvfs"] = totalvfs
+                else:
+                    reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
+    # the common IOMMU case inline (a numbered group whose type was read, no ``iommu`` link):
+    # exactly what add_iommu_attributes does for it; anything else goes there
+    group = links.get("iommu_group")
+    read = group_types.get(group) if group and group_types else None
+    if read is not None and not read[1] and "iommu" not in present and group.isdigit():
+        group_type = read[0].get("type")
+        if group_type:
+            attrs["iommu_group/type"] = group_type
+        attrs["iommu_group"] = group
+    else:
+        add_iommu_attributes(attrs, reader, device_dir, present, links, group_types)
+    add_extra_attributes(attrs, reader, device_dir, address, values, failures, links)
+    return PciFunction(Instance(attrs, device_dir), has_sriov_file)
+
+
+def _checked_ids(reader: AttributeReader, address: str, device_dir: str, values: Mapping[str, str | None],
+                 failures: Mapping[str, HostFileError]) -> dict[str, str] | None:
+    """The mandatory IDs checked file by file, the first failure reported (what it is: missing,
+    empty, unreadable, malformed) and ``None`` returned; the path for all but the kernel's form."""
     attrs: dict[str, str] = {}
     for name, digits, width in _MANDATORY_WIDTHS:
         raw = values.get(name)
         if not raw:  # missing, empty or unreadable: say which, and skip the device
             reader.required_value(f"{device_dir}/{name}", raw, failures.get(name), f"device {address} skipped")
             return None
-        # the kernel's own form (``0x`` + exactly ``digits`` hex digits) checked inline; anything
-        # else goes through hex_digits, which accepts or rejects it with its message
         if len(raw) == width and raw[:2] == "0x" and not raw[2:].strip(_HEX_CHARS):
             value = raw[2:].lower()
         else:
@@ -164,24 +210,7 @@ def read_function(reader: AttributeReader, address: str, found: DirectoryRead | 
                 reader.error(f"{device_dir}/{name}", f"{exc}; device {address} skipped")
                 return None
         attrs[name] = value[:4] if name == "class" else value
-
-    has_sriov_file = False
-    if "sriov_totalvfs" in present:
-        failure = failures.get("sriov_totalvfs")
-        if failure is not None:
-            has_sriov_file = True
-            reader.error(f"{device_dir}/sriov_totalvfs", f"unreadable: {failure.reason}")
-        else:
-            totalvfs = values.get("sriov_totalvfs")
-            has_sriov_file = totalvfs is not None
-            if totalvfs:
-                if is_decimal(totalvfs):
-                    attrs["sriov_totalvfs"] = totalvfs
-                else:
-                    reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
-    add_iommu_attributes(attrs, reader, device_dir, present, links, group_types)
-    add_extra_attributes(attrs, reader, device_dir, address, values, failures, links)
-    return PciFunction(Instance(attrs, device_dir), has_sriov_file)
+    return attrs
 
 
 def add_iommu_attributes(attrs: dict[str, str], reader: AttributeReader, device_dir: str, present: Container[str],
@@ -246,8 +275,8 @@ def add_extra_attributes(attrs: dict[str, str], reader: AttributeReader, device_
 
     numa = read("numa_node")
     if numa is not None and numa != "-1":
-        if is_decimal(numa):
-            attrs["numa_node"] = str(int(numa))
+        if numa.isdigit() and numa.isascii() and len(numa) <= 19:  # is_decimal, inline
+            attrs["numa_node"] = _decimal(numa)
         else:
             reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
     revision = read("revision")
@@ -261,10 +290,16 @@ def add_extra_attributes(attrs: dict[str, str], reader: AttributeReader, device_
                 reader.error(f"{device_dir}/revision", str(exc))
     numvfs = read("sriov_numvfs")
     if numvfs is not None:
-        if is_decimal(numvfs):
-            attrs["sriov_numvfs"] = str(int(numvfs))
+        if numvfs.isdigit() and numvfs.isascii() and len(numvfs) <= 19:  # is_decimal, inline
+            attrs["sriov_numvfs"] = _decimal(numvfs)
         else:
             reader.error(f"{device_dir}/sriov_numvfs", f"not a VF count: {numvfs[:40]!r}")
+
+
+def _decimal(digits: str) -> str:
+    """ASCII decimal digits in canonical form (``007`` -> ``7``): ``str(int(...))`` only where a
+    leading zero makes it differ (a single digit, the usual NUMA node or VF count, is its own)."""
+    return digits if len(digits) == 1 or digits[0] != "0" else str(int(digits))
 
 
 def device_labels(

@@ -157,9 +157,10 @@ def _instances(reader: AttributeReader, entry: str, present: Collection[str], de
     """The device's instance, or one per interface for class ``00`` (NFD's expansion)."""
     interfaces = read_interfaces(reader, entry, present, device_dir)
     if attrs.get("class") != "00":
-        driver = next((drv for _, _, drv in interfaces if drv), None)
-        if driver:
-            attrs["driver"] = driver
+        for _, _, driver in interfaces:
+            if driver:
+                attrs["driver"] = driver
+                break
         return [Instance(attrs, device_dir)]
     expanded = []
     for iface_name, iface_class, driver in interfaces:
@@ -190,31 +191,33 @@ def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str
     there (errors still name them below ``entry``)."""
     if present is None:
         present = reader.entries(entry)
-    prefixes = interface_prefixes(entry.rsplit("/", 1)[1])
-    found = []
-    children = sorted(name for name in present if ":" in name and name.startswith(prefixes))
+    prefixes = interface_prefixes(entry.rpartition("/")[2])
+    children = sorted([name for name in present if ":" in name and name.startswith(prefixes)])
+    if not children:
+        return []
     # one lookup of the device directory for all its interfaces (HostFS.read_children)
     read = reader.host.read_children(device_dir or entry, children, ("bInterfaceClass",), ("driver",))
+    found = []
     for child in children:
         values, failures, links = read[child]
+        raw = values.get("bInterfaceClass")
+        # the common case: read, in the kernel's form (2 hex digits, as hex_digits returns it)
+        if not failures and raw is not None and len(raw) == 2 and not raw.strip(_HEX_CHARS):
+            found.append((child, raw.lower(), links["driver"]))
+            continue
         failure = failures.get("bInterfaceClass")
         path = f"{entry}/{child}/bInterfaceClass"
         if failure is not None:
             reader.error(path, f"unreadable: {failure.reason}")
             raw = None
-        else:
-            raw = values["bInterfaceClass"]
-            if raw is None:
-                continue  # no bInterfaceClass: not an interface after all, or gone
+        elif raw is None:
+            continue  # no bInterfaceClass: not an interface after all, or gone
         iface_class = None
         if raw is not None:
-            if len(raw) == 2 and not raw.strip(_HEX_CHARS):  # the kernel's form, as hex_digits returns it
-                iface_class = raw.lower()
-            else:
-                try:
-                    iface_class = hex_digits(raw, 2, prefixed=False)
-                except MalformedId as exc:
-                    reader.error(path, f"{exc}; interface skipped")
+            try:
+                iface_class = hex_digits(raw, 2, prefixed=False)
+            except MalformedId as exc:
+                reader.error(path, f"{exc}; interface skipped")
         found.append((child, iface_class, links["driver"]))
     return found
 

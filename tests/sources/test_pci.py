@@ -270,6 +270,35 @@ def test_bad_optional_attributes_keep_the_device(tmp_path):
     assert result.labels == {P + "0302_10de.present": "true", P + "0302_10de.sriov.capable": "true"}
 
 
+def test_ids_in_other_hex_forms_read_as_the_kernels(tmp_path):
+    """A hand-made tree's IDs (``0X`` prefix, upper-case digits, no prefix) give the instance and
+    label the kernel's ``0x`` + lower-case form gives: the same values, the same attribute order."""
+    pci_function(tmp_path / "kernel", "0000:07:00.0", **A100, group="42")
+    pci_function(tmp_path / "odd", "0000:07:00.0", **dict(A100, vendor="0X10DE", device="0x20B0", cls="030200",
+                                                          sub_vendor="10de", sub_device="0X134f"), group="42")
+
+    kernel, odd = run(tmp_path / "kernel"), run(tmp_path / "odd")
+
+    assert odd.errors == kernel.errors == ()
+    assert list(odd.features["device"].instances[0].attributes.items()) == \
+        list(kernel.features["device"].instances[0].attributes.items())
+    assert odd.labels == kernel.labels == {P + "0302_10de.present": "true"}
+
+
+def test_unreadable_iommu_group_type_keeps_the_group(tmp_path):
+    pci_function(tmp_path, "0000:07:00.0", **A100, group="42", numa="03")
+    (tmp_path / "sys/kernel/iommu_groups/42/type").unlink()
+    (tmp_path / "sys/kernel/iommu_groups/42/type").mkdir()
+
+    result = run(tmp_path)
+
+    device = by_address(result)["0000:07:00.0"]
+    assert device["iommu_group"] == "42" and "iommu_group/type" not in device
+    assert device["numa_node"] == "3"  # decimal, leading zero dropped
+    assert [(e.path, e.message) for e in result.errors] == [
+        ("/sys/kernel/iommu_groups/42/type", "unreadable: Is a directory")]
+
+
 def test_unbound_device_has_no_driver(tmp_path):
     pci_function(tmp_path, "0000:07:00.0", **A100)
     assert "driver" not in by_address(run(tmp_path))["0000:07:00.0"]

@@ -239,6 +239,21 @@ def test_bad_interface_class_skips_only_that_interface(tmp_path):
     assert [e.path for e in result.errors] == ["/sys/bus/usb/devices/1-4/1-4:1.2/bInterfaceClass"]
 
 
+def test_interface_classes_other_than_the_kernels_form(tmp_path):
+    """Upper-case hex reads as lower-case; a wrong length skips that interface with an error; an
+    interface directory without ``bInterfaceClass`` is no interface and is passed over silently."""
+    devdir = usb_device(tmp_path, "1-4", f"{XHCI}/usb1", "046d", "085e", "00",
+                        interfaces={"1.0": ("FF", "ftdi_sio"), "1.1": ("0ff", None), "1.2": ("03", "usbhid")})
+    (tmp_path / devdir.lstrip("/") / "1-4:1.3").mkdir()
+
+    result = run(tmp_path)
+
+    assert [(i["interface"], i["class"], i.get("driver")) for i in instances(result)] == [
+        ("1-4:1.0", "ff", "ftdi_sio"), ("1-4:1.2", "03", "usbhid")]
+    assert [(e.path, e.message) for e in result.errors] == [
+        ("/sys/bus/usb/devices/1-4/1-4:1.1/bInterfaceClass", "not a 2-digit hex ID: '0ff'; interface skipped")]
+
+
 def test_unplugged_device_leaves_a_dangling_link(tmp_path):
     root_hubs(tmp_path)
     devdir = coral_before_firmware(tmp_path)
