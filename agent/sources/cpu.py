@@ -20,7 +20,7 @@ import logging
 from agent.features import Feature, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 from agent.sources.cpu_config import Config
-from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo
+from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo_bytes
 from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 from agent.sources.cpu_model import model_attributes
@@ -116,14 +116,15 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
         probe.error(CPUINFO, "missing" if exc.missing else f"unreadable: {exc.reason}")
     if data is not None:
         truncated = len(data) >= _CPUINFO_READ_LIMIT
+        end = len(data)  # what is parsed is data[:end] (no copy of the 256 KiB read)
         if truncated:  # a huge host: keep the complete blocks read
-            data = data[:data.rfind(b"\n\n")] if b"\n\n" in data.lstrip(b"\n") else b""
+            end = data.rfind(b"\n\n") if b"\n\n" in data.lstrip(b"\n") else 0
         try:
-            if truncated and not data:
+            if truncated and not end:
                 raise ValueError("first processor block is truncated or absurdly long")
-            if b"\x00" in data:
+            if data.find(b"\x00", 0, end) >= 0:
                 raise ValueError("binary content (NUL byte)")
-            block = parse_cpuinfo(data.decode("utf-8"))
+            block = parse_cpuinfo_bytes(data, end)
         except (UnicodeDecodeError, ValueError) as exc:
             probe.error(CPUINFO, f"not a cpuinfo text: {exc}")
         else:
