@@ -55,8 +55,8 @@ _MANDATORY_NAMES = tuple(name for name, _ in _MANDATORY)
 _MANDATORY_WIDTHS = tuple((name, digits, digits + 2) for name, digits in _MANDATORY)
 #: the five mandatory files in the kernel's own form (``0x`` + exactly the digits, see
 #: :func:`hex_digits`), joined by newlines in ``_MANDATORY`` order: the common case checked by one
-#: C-level match instead of five rounds of Python checks (an absent file joins as ``None``, a
-#: stripped value holds no newline, so neither can match)
+#: C-level match instead of five rounds of Python checks (an absent file joins as ``None`` and
+#: cannot match; five values make exactly five lines only when none holds a newline of its own)
 _KERNEL_IDS = re.compile("\n".join(f"0x[0-9a-fA-F]{{{digits}}}" for _, digits in _MANDATORY))
 #: optional files read with the mandatory ones when the device directory lists them
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")

@@ -213,6 +213,9 @@ def _break(root: Path, how: str) -> tuple[str, str]:
     if how == "class too short":
         (real / "class").write_text("0x0302\n")
         return f"{devdir}/class", "not a 6-digit hex ID"
+    if how == "class split over two lines":  # each line alone would look like a kernel ID
+        (real / "class").write_text("0x030200\n0x10de\n")
+        return f"{devdir}/class", "not a 6-digit hex ID: '0x030200\\n0x10de'"
     if how == "empty subsystem_vendor":
         (real / "subsystem_vendor").write_text("")
         return f"{devdir}/subsystem_vendor", "empty; device 0000:07:00.0 skipped"
@@ -224,7 +227,8 @@ def _break(root: Path, how: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("how", [
     "missing subsystem_device", "vendor is a directory (EISDIR)", "binary junk in device", "invalid UTF-8 in class",
-    "non-hex vendor", "class too short", "empty subsystem_vendor", "hot-removed (dangling bus link)",
+    "non-hex vendor", "class too short", "class split over two lines", "empty subsystem_vendor",
+    "hot-removed (dangling bus link)",
 ])
 def test_broken_device_is_skipped_with_an_error_naming_it(tmp_path, how):
     gpu_server(tmp_path)
