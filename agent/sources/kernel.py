@@ -29,6 +29,21 @@ _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 _VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\.(?P<revision>\d+))?(-.*)?$")
 _KCONFIG_LINE = re.compile(r"^CONFIG_(\w+)=(.+)")
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+# The parsers below scan the whole text in one regex pass (a real kernel config is 4,000-10,000
+# lines: matching line by line in Python took 1.1 ms a pass on this machine's 3,900-line
+# /proc/config.gz, twice the rest of the kernel source).  "^"/"$" of MULTILINE end lines at
+# "\n" only, where str.splitlines() (what the line-by-line forms, kept as the reference, split
+# on) also ends them at these characters: text holding any of them takes the line-by-line form.
+_OTHER_LINE_BREAKS = "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_KCONFIG_LINES = re.compile(r"^CONFIG_(\w+)=(.+)", re.MULTILINE)
+#: the same on ASCII text, where \w is [A-Za-z0-9_] (a class the engine tests faster), and with
+#: a literal start it searches for (the text gets a "\n" in front): 0.3 ms instead of 0.6
+_KCONFIG_ASCII_LINES = re.compile(r"\nCONFIG_([A-Za-z0-9_]+)=(.+)")
+#: a /proc/modules line's first whitespace-separated word ([^\S\n]: whitespace but the line end)
+_FIRST_WORDS = re.compile(r"^[^\S\n]*(\S+)", re.MULTILINE)
+#: a modules.builtin line, stripped, whose basename less one ".ko" is a module name (group 1);
+#: lines that are not (blank, "a b.ko", "kernel/\u00e9.ko") do not match
+_BUILTIN_LINES = re.compile(r"^[^\S\n]*(?:[^\n]*/)?([A-Za-z0-9_-]+?)(?:\.ko)?[^\S\n]*$", re.MULTILINE)
 
 
 class _Unusable(Exception):
@@ -62,6 +77,19 @@ def version_attributes(release: str) -> dict[str, str]:
 
 def parse_kconfig(text: str) -> dict[str, str]:
     """``CONFIG_X=v`` lines -> ``{"X": v}`` with surrounding double quotes trimmed (raw values)."""
+    if _only_newlines(text):
+        found = _KCONFIG_ASCII_LINES.findall("\n" + text) if text.isascii() else _KCONFIG_LINES.findall(text)
+        return {name: value.strip('"') for name, value in found}
+    return _parse_kconfig_lines(text)
+
+
+def _only_newlines(text: str) -> bool:
+    """Whether "\n" is the only character that ends a line of ``text`` (str.splitlines())."""
+    return not any(char in text for char in _OTHER_LINE_BREAKS)
+
+
+def _parse_kconfig_lines(text: str) -> dict[str, str]:
+    """:func:`parse_kconfig` line by line (any line ends)."""
     options: dict[str, str] = {}
     for line in text.splitlines():
         match = _KCONFIG_LINE.match(line)
@@ -77,6 +105,21 @@ def kconfig_label_value(raw: str) -> str:
 
 def parse_modules(text: str) -> tuple[set[str], list[str]]:
     """First column of ``/proc/modules``; returns (names, rejected first columns)."""
+    if _only_newlines(text):
+        names: set[str] = set()
+        rejected: list[str] = []
+        match = _MODULE_NAME.match
+        for first in _FIRST_WORDS.findall(text):
+            if match(first):
+                names.add(first)
+            else:
+                rejected.append(first)
+        return names, rejected
+    return _parse_modules_lines(text)
+
+
+def _parse_modules_lines(text: str) -> tuple[set[str], list[str]]:
+    """:func:`parse_modules` line by line (any line ends)."""
     names: set[str] = set()
     rejected: list[str] = []
     for line in text.splitlines():
@@ -92,6 +135,13 @@ def parse_modules(text: str) -> tuple[set[str], list[str]]:
 
 def parse_builtin(text: str) -> set[str]:
     """``modules.builtin`` paths -> basenames without ``.ko`` (not normalised, as NFD)."""
+    if _only_newlines(text):
+        return set(_BUILTIN_LINES.findall(text))
+    return _parse_builtin_lines(text)
+
+
+def _parse_builtin_lines(text: str) -> set[str]:
+    """:func:`parse_builtin` line by line (any line ends)."""
     names = set()
     for line in text.splitlines():
         line = line.strip()
