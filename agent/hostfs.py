@@ -31,7 +31,7 @@ import sys
 import threading
 from threading import get_ident as _get_ident
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, TypeVar
+from typing import AbstractSet, Callable, Iterable, NamedTuple, TypeVar
 
 MAX_ATTR_BYTES = 64 * 1024
 """Largest file the seam reads in one go; sysfs attributes are at most a page."""
@@ -174,8 +174,9 @@ class DirectoryRead(NamedTuple):
 
     path: str
     """The directory's real host path (every link followed inside the root)."""
-    names: frozenset[str] | None
-    """Its entries; empty when it does not exist, ``None`` when it could not be listed."""
+    names: AbstractSet[str] | None
+    """Its entries (a set: ``in``, iteration, ``==``); empty when it does not exist, ``None``
+    when it could not be listed."""
     listing_error: HostFileError | None
     values: dict[str, str | None]
     """File name -> stripped text, ``None`` when absent (as :meth:`HostFS.read_attrs`)."""
@@ -953,7 +954,9 @@ class HostFS:
         ``through_link``: list and read through ``host_path`` as given rather than through the
         resolved directory (the same files; errors and recorders name them by the caller's path).
         :class:`HostFileError` when the path cannot be resolved (a link loop)."""
-        norm = self._normalise(host_path)
+        # _normalise's test for an already clean path, inline (hundreds of devices per pass)
+        norm = (host_path if host_path[:1] == "/" and "//" not in host_path and "/." not in host_path
+                and host_path[-1:] != "/" else self._normalise(host_path))
         if not (self._walks_directories and norm != "/" and "\x00" not in norm
                 and (self._owner == _get_ident() or self._owns_descriptors())):
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)
@@ -979,7 +982,7 @@ class HostFS:
                 os.close(fd)
         except OSError:
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)
-        names = frozenset(regular)
+        names = regular.keys()  # a set-like view: no copy of the names
         if real == "/proc" or real.startswith("/proc/"):
             regular = None  # procfs files state no size and may end off a page: fstat and read to EOF
         values: dict[str, str | None] = {}
@@ -988,10 +991,11 @@ class HostFS:
         if names:
             named = norm if through_link else real
             base = "" if named == "/" else named
-            wanted = [*files, *[name for name in optional if name in names]] if optional else files
+            # filter with the listing's own __contains__: no comprehension frame per directory
+            wanted = [*files, *filter(names.__contains__, optional)] if optional else files
             self._read_leaves(dirfd, base, wanted, values, failures, regular)
             if links:
-                self._read_link_names(dirfd, base, [name for name in links if name in names], found)
+                self._read_link_names(dirfd, base, filter(names.__contains__, links), found)
         return _new_tuple(DirectoryRead, (real, names, None, values, failures, found))
 
     def _device_link(self, norm: str) -> str | None:
