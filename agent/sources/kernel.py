@@ -40,10 +40,12 @@ _KCONFIG_LINES = re.compile(r"^CONFIG_(\w+)=(.+)", re.MULTILINE)
 #: a literal start it searches for (the text gets a "\n" in front): 0.3 ms instead of 0.6
 _KCONFIG_ASCII_LINES = re.compile(r"\nCONFIG_([A-Za-z0-9_]+)=(.+)")
 #: a /proc/modules line's first whitespace-separated word ([^\S\n]: whitespace but the line end)
-_FIRST_WORDS = re.compile(r"^[^\S\n]*(\S+)", re.MULTILINE)
+_FIRST_WORDS = re.compile(r"^[^\S\n]*+(\S+)", re.MULTILINE)
 #: a modules.builtin line, stripped, whose basename less one ".ko" is a module name (group 1);
-#: lines that are not (blank, "a b.ko", "kernel/\u00e9.ko") do not match
-_BUILTIN_LINES = re.compile(r"^[^\S\n]*(?:[^\n]*/)?([A-Za-z0-9_-]+?)(?:\.ko)?[^\S\n]*$", re.MULTILINE)
+#: lines that are not (blank, "a b.ko", "kernel/\u00e9.ko") do not match.  Possessive (``*+``,
+#: ``?+``): nothing matched is ever given back, so a hostile 8 MiB line costs one scan, where
+#: backtracking into the leading blanks rescanned the line for a "/" once per blank (quadratic)
+_BUILTIN_LINES = re.compile(r"^[^\S\n]*+(?:[^\n]*/)?+([A-Za-z0-9_-]++)(?:\.ko)?+[^\S\n]*+$", re.MULTILINE)
 
 
 class _Unusable(Exception):

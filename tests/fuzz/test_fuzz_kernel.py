@@ -114,3 +114,15 @@ def test_one_pass_parsers_are_the_line_by_line_ones(text):
     assert list(parse_kconfig(text).items()) == list(_parse_kconfig_lines(text).items())
     assert parse_modules(text) == _parse_modules_lines(text)
     assert parse_builtin(text) == _parse_builtin_lines(text)
+
+
+def test_one_pass_parsers_stay_linear_on_hostile_lines():
+    """A module list or modules.builtin is host input of up to 8 MiB: a line of a million blanks
+    before junk, or of 100,000 "/a" steps, is parsed in one scan (milliseconds).  Leading blanks
+    the modules.builtin pattern could give back made it rescan the line for a "/" once per blank:
+    quadratic, 80 ms for 16,000 blanks, minutes for this test's million (hours for 8 MiB)."""
+    for text in (" " * 1_000_000 + "x!", " " * 1_000_000 + "/x!", "x" + " " * 1_000_000 + "!", "/a" * 100_000 + "!",
+                 "a" * 200_000 + "!", " \t" * 100_000 + "x"):
+        assert parse_builtin(text) == _parse_builtin_lines(text)
+        assert parse_modules(text) == _parse_modules_lines(text)
+        assert parse_kconfig(text) == _parse_kconfig_lines(text)
