@@ -102,8 +102,8 @@ def parse_cpuinfo_bytes(data: bytes, end: int) -> CpuInfoBlock:
     if not data.isascii():
         return parse_cpuinfo(data[:end].decode("utf-8"))
     start = 0
-    while start < end and data[start] == 10:  # text.lstrip("\n")
-        start += 1
+    if data[:1] == b"\n":  # text.lstrip("\n"), in C (a hostile file may be all newlines)
+        start = end - len(data[:end].lstrip(b"\n"))
     stop = data.find(b"\n\n", start, end)
     head = _parse_blocks(data[start:stop if stop >= 0 else end].decode("ascii"))
     if head.fields.get("processor") is not None and head.arch in ("x86", "arm64", "arm") and head.raw_flags:
