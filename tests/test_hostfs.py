@@ -628,6 +628,76 @@ def test_read_children_goes_through_a_subclass_s_methods(tree):
                     ("link_names", "/sys/devices/pci0000:00/0000:00:02.0")]
 
 
+def test_read_linked_children_answers_as_read_attrs_child_by_child(tmp_path, HostFS):
+    """``directory/child/within`` for children that are links (``/sys/bus/cpu/devices/cpuN``):
+    each exactly as ``read_attrs`` of that path answers — links followed inside the root only
+    (an absolute target re-rooted, ``..`` stopped at the root), a FIFO refused, junk an error, a
+    missing ``within`` (an offline CPU) or child absent values, odd names never reach ``openat2``."""
+    outside = tmp_path / "outside"
+    (outside / "cpu9" / "topology").mkdir(parents=True)
+    (outside / "cpu9" / "topology" / "physical_package_id").write_text("7\n")
+    root = tmp_path / "root"
+    cpus = root / "sys/devices/system/cpu"
+    bus = root / "sys/bus/cpu/devices"
+    bus.mkdir(parents=True)
+    for cpu, (siblings, package) in {"cpu0": (b"0,2\n", b"0\n"), "cpu1": (b"1,3\n", b"\xff\x00"),
+                                     "cpu2": (b"0,2\n", b"1\n")}.items():
+        (cpus / cpu / "topology").mkdir(parents=True)
+        (cpus / cpu / "topology" / "thread_siblings_list").write_bytes(siblings)
+        (cpus / cpu / "topology" / "physical_package_id").write_bytes(package)
+        os.symlink(f"../../../devices/system/cpu/{cpu}", bus / cpu)
+    (cpus / "cpu3").mkdir()  # offline: the kernel removed its topology/
+    os.symlink("../../../devices/system/cpu/cpu3", bus / "cpu3")
+    os.mkfifo(cpus / "cpu2" / "topology" / "fifo")
+    os.symlink("../../../../../../outside/cpu9/topology/physical_package_id", cpus / "cpu2" / "topology" / "leaf")
+    os.symlink("/sys/devices/system/cpu/cpu0", bus / "absolute")  # re-rooted: cpu0
+    os.symlink(str(outside / "cpu9"), bus / "escape")  # absolute outside: re-rooted, so missing
+    os.symlink("../../../../../outside/cpu9", bus / "dotdot")  # ".." stops at the root: missing
+    os.symlink("../../../devices/system/cpu/gone", bus / "dangling")
+    (cpus / "cpu4" / "topology").mkdir(parents=True)  # a plain directory, no link
+    (cpus / "cpu4" / "topology" / "physical_package_id").write_text("3\n")
+    children = ["cpu0", "cpu1", "cpu2", "cpu3", "absolute", "escape", "dotdot", "dangling", "missing", "..", "",
+                "a\x00b", "x/y"]
+    files = ("thread_siblings_list", "physical_package_id", "fifo", "leaf")
+
+    def comparable(values, failures):
+        return values, {n: (e.host_path, e.reason, e.missing) for n, e in failures.items()}
+
+    for directory in ("/sys/bus/cpu/devices", "/sys/bus/cpu/../cpu/devices/"):
+        found = HostFS(root).read_linked_children(directory, children, "topology", files)
+        one_by_one = HostFS(root)
+        expected = {child: comparable(*one_by_one.read_attrs(f"/sys/bus/cpu/devices/{child}/topology", files))
+                    for child in children}
+        assert {child: comparable(*answer) for child, answer in found.items()} == expected
+        assert found["cpu0"][0] == {"thread_siblings_list": "0,2", "physical_package_id": "0", "fifo": None,
+                                    "leaf": None}
+        assert found["absolute"][0]["physical_package_id"] == "0"
+        assert "binary" in found["cpu1"][1]["physical_package_id"].reason
+        assert "not a regular file" in found["cpu2"][1]["fifo"].reason and found["cpu2"][0]["leaf"] is None
+        for child in ("cpu3", "escape", "dotdot", "dangling", "missing"):
+            assert found[child] == (dict.fromkeys(files), {}), child
+    plain = HostFS(root).read_linked_children("/sys/devices/system/cpu", ["cpu4"], "topology", ["physical_package_id"])
+    assert plain == {"cpu4": ({"physical_package_id": "3"}, {})}
+
+
+def test_read_linked_children_goes_through_a_subclass_s_read_attrs(tmp_path):
+    """A seam that overrides a read (a recorder, a tracer) sees every child's directory."""
+    (tmp_path / "sys/devices/system/cpu/cpu0/topology").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/cpu0/topology/core_id").write_text("0\n")
+    (tmp_path / "sys/bus/cpu/devices").mkdir(parents=True)
+    os.symlink("../../../devices/system/cpu/cpu0", tmp_path / "sys/bus/cpu/devices/cpu0")
+    seen = []
+
+    class Watching(SeamHostFS):
+        def read_attrs(self, directory, names):
+            seen.append(directory)
+            return super().read_attrs(directory, names)
+
+    found = Watching(tmp_path).read_linked_children("/sys/bus/cpu/devices", ["cpu0"], "topology", ["core_id"])
+    assert found == {"cpu0": ({"core_id": "0"}, {})}
+    assert seen == ["/sys/bus/cpu/devices/cpu0/topology"]
+
+
 def _device_tree(root):
     """A bus of device links as sysfs has them, plus every odd case the inline device-link path
     (``HostFS._device_link``) must hand back to the walk: a target below a bridge read before,

@@ -148,11 +148,12 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
         return None if len(probe.errors) > errors_before else {}
     smt = False
     packages: set[str] = set()
-    read_attrs = probe.host.read_attrs
+    # every CPU's topology/ opened once, through its /sys/bus/cpu/devices link, inside the root
+    topologies = probe.host.read_linked_children("/sys/bus/cpu/devices", cpus, "topology", _TOPOLOGY_FILES)
     for cpu in cpus:
         base = f"/sys/bus/cpu/devices/{cpu}/topology"
         errors_at = len(probe.errors)
-        values, failures = read_attrs(base, _TOPOLOGY_FILES)  # one directory lookup
+        values, failures = topologies[cpu]
         if failures:  # each reported as PrefetchedAttrs.attr reports it, in the same order
             files = PrefetchedAttrs(probe, values, failures)
             siblings = files.attr("thread_siblings_list")
