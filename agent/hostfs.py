@@ -868,8 +868,9 @@ class HostFS:
         ``regular``: the directory's listing as :meth:`read_directory` just read it, name ->
         whether its entry type (``d_type``) is a regular file.  A name listed as one is opened
         (``O_NOFOLLOW | O_NONBLOCK``) and read without the ``fstat`` that otherwise refuses
-        FIFOs and device nodes (a third of this loop's cost on a big host): the listing already
-        refused them, before any open.  Without the file size, a read that ends off a page
+        FIFOs and device nodes (a third of this loop's cost on a big host); a name the listing
+        shows as anything else (a FIFO, a device node, a directory, a link) takes the path below
+        as before: opened non-blocking, then refused or resolved.  Without the file size, a read that ends off a page
         boundary is the file's end (regular files end at a short read; sysfs returns an
         attribute whole and a binary attribute a page at a time); a read of whole pages reads
         on to the end.  An entry swapped for a FIFO or device node between the listing and the
