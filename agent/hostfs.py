@@ -195,6 +195,19 @@ class DirectoryRead(NamedTuple):
     """Link name -> basename of its target, ``None`` when the entry is no link."""
 
 
+_NOT_REGULAR = "not a regular file (FIFO, socket or device node)"
+#: file types refused without an open where a listing shows them (a socket cannot be opened)
+_SPECIAL_KINDS = frozenset({stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK})
+
+
+def _special_file(dirfd: int, name: str) -> bool:
+    """Whether ``name`` in the open directory ``dirfd`` is a FIFO or device node (``lstat``)."""
+    try:
+        return (os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode & _S_IFMT) in _SPECIAL_KINDS
+    except OSError:
+        return False  # gone or unreadable: the open below says which
+
+
 def _read_open(fd: int, host_path: str, max_bytes: int) -> bytes:
     """The content of an open descriptor, refused unless it is a regular file.
 
@@ -207,7 +220,7 @@ def _read_open(fd: int, host_path: str, max_bytes: int) -> bytes:
     if kind != _S_IFREG:
         if kind == _S_IFDIR:  # os.open succeeds on a directory where open() would not
             raise HostFileError(host_path, os.strerror(errno.EISDIR))
-        raise HostFileError(host_path, "not a regular file (FIFO, socket or device node)")
+        raise HostFileError(host_path, _NOT_REGULAR)
     data = os.read(fd, max_bytes)
     if status.st_size and len(data) < max_bytes or not data:
         return data
@@ -868,9 +881,9 @@ class HostFS:
         ``regular``: the directory's listing as :meth:`read_directory` just read it, name ->
         whether its entry type (``d_type``) is a regular file.  A name listed as one is opened
         (``O_NOFOLLOW | O_NONBLOCK``) and read without the ``fstat`` that otherwise refuses
-        FIFOs and device nodes (a third of this loop's cost on a big host); a name the listing
-        shows as anything else (a FIFO, a device node, a directory, a link) takes the path below
-        as before: opened non-blocking, then refused or resolved.  Without the file size, a read that ends off a page
+        FIFOs and device nodes (a third of this loop's cost on a big host); a name it shows as a
+        FIFO or device node is refused without being opened (one ``lstat`` to tell), and any
+        other (a directory, a link, a socket) takes the path below as before.  Without the file size, a read that ends off a page
         boundary is the file's end (regular files end at a short read; sysfs returns an
         attribute whole and a binary attribute a page at a time); a read of whole pages reads
         on to the end.  An entry swapped for a FIFO or device node between the listing and the
@@ -887,6 +900,12 @@ class HostFS:
             if name not in safe and not _plain_name(name):
                 self._read_one(base, name, values, failures)
                 continue
+            listed_regular = regular.get(name) if regular is not None else None
+            if listed_regular is False and _special_file(dirfd, name):
+                # listed as a FIFO or device node: refused without opening it (an open has
+                # effects: it completes a FIFO writer's open, arms a watchdog, rewinds a tape)
+                failures[name] = HostFileError(f"{base}/{name}", _NOT_REGULAR)
+                continue
             try:
                 fd = open_(name, flags, dir_fd=dirfd)
             except OSError as exc:
@@ -898,7 +917,7 @@ class HostFS:
                     failures[name] = _oserror(f"{base}/{name}", exc)
                 continue
             try:
-                if regular is not None and regular.get(name):  # listed as a regular file
+                if listed_regular:  # listed as a regular file
                     data = read(fd, limit)
                     if data and not len(data) & 4095:  # whole pages: there may be more
                         data = _read_to_end(fd, data, limit)

@@ -7,6 +7,7 @@ import gc
 import os
 import stat
 import threading
+import time
 
 import pytest
 
@@ -384,6 +385,49 @@ def test_read_directory_reads_listed_files_whole_without_their_size(tmp_path, Ho
     assert found.failures == {}
     assert found.values["attr"] == content[:hostfs_module.MAX_ATTR_BYTES].strip()
     assert found.values == HostFS(tmp_path).read_attrs("/sys/devices/platform/dev0", ["attr"])[0]
+
+
+def _blocked_in_fifo_open(thread: threading.Thread) -> bool:
+    """Whether ``thread`` waits in the kernel for a FIFO's other end (``fs/pipe.c``)."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/wchan") as wchan:
+            return wchan.read().strip() == "wait_for_partner"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("kernel_resolve", [False, True] if hostfs_module._openat2_available() else [False])
+def test_read_directory_never_opens_a_listed_fifo(tmp_path, kernel_resolve):
+    """A FIFO the listing shows is refused without an open: a writer blocked in ``open`` on it
+    (which any reader's open releases) is still waiting after the read.  (Without a listing,
+    ``read_attrs`` opens it non-blocking and refuses it after ``fstat``.)"""
+    dev = tmp_path / "sys/devices/platform/dev0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x8086\n")
+    os.mkfifo(dev / "fifo")
+    opened = threading.Event()
+
+    def writer():
+        fd = os.open(dev / "fifo", os.O_WRONLY)  # blocks until some reader opens the FIFO
+        opened.set()
+        os.close(fd)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not _blocked_in_fifo_open(thread):
+            if time.monotonic() > deadline:
+                pytest.fail("the writer never blocked in open(); /proc/self/task/*/wchan unreadable?")
+            time.sleep(0.005)
+        found = SeamHostFS(tmp_path, kernel_resolve=kernel_resolve).read_directory(
+            "/sys/devices/platform/dev0", ["vendor", "fifo"])
+        assert found.values == {"vendor": "0x8086"}
+        assert found.failures["fifo"].reason == "not a regular file (FIFO, socket or device node)"
+        assert not opened.wait(0.1) and _blocked_in_fifo_open(thread), "reading the directory opened the FIFO"
+    finally:
+        os.close(os.open(dev / "fifo", os.O_RDONLY | os.O_NONBLOCK))  # release the writer
+        thread.join(5)
 
 
 def test_read_directory_never_reads_a_device_node(tmp_path, HostFS):
