@@ -119,19 +119,15 @@ def _openat2(dirfd: int, path: str, flags: int) -> int:
         struct = _OPEN_HOW(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         how = _HOWS[flags] = (struct, ctypes.byref(struct), ctypes.c_size_t(ctypes.sizeof(struct)))
     encoded = path.encode("utf-8", "surrogateescape")
-    fd = _SYSCALL(_NR_OPENAT2, dirfd, encoded, how[1], how[2])
-    if fd >= 0:
-        return fd
-    import ctypes
-
-    code = ctypes.get_errno()
-    for _attempt in range(1, _EAGAIN_TRIES):
-        if code != errno.EAGAIN:
-            break
+    for _attempt in range(_EAGAIN_TRIES):
         fd = _SYSCALL(_NR_OPENAT2, dirfd, encoded, how[1], how[2])
         if fd >= 0:
             return fd
+        import ctypes
+
         code = ctypes.get_errno()
+        if code != errno.EAGAIN:
+            break
     raise OSError(code, os.strerror(code), path)
 
 
@@ -883,10 +879,10 @@ class HostFS:
         (``O_NOFOLLOW | O_NONBLOCK``) and read without the ``fstat`` that otherwise refuses
         FIFOs and device nodes (a third of this loop's cost on a big host); a name it shows as a
         FIFO or device node is refused without being opened (one ``lstat`` to tell), and any
-        other (a directory, a link, a socket) takes the path below as before.  Without the file size, a read that ends off a page
-        boundary is the file's end (regular files end at a short read; sysfs returns an
-        attribute whole and a binary attribute a page at a time); a read of whole pages reads
-        on to the end.  An entry swapped for a FIFO or device node between the listing and the
+        other (a directory, a link, a socket) takes the ``fstat`` path as before.  Without the
+        file size, a read that ends off a page boundary is the file's end (regular files end at a
+        short read; sysfs returns an attribute whole and a binary attribute a page at a time); a
+        read of whole pages reads on to the end.  An entry swapped for a FIFO or device node between the listing and the
         open would be read: on sysfs only the kernel makes entries, and on any other tree only
         a process able to create device nodes on the host could race it."""
         if dirfd is None:
@@ -917,38 +913,31 @@ class HostFS:
                     failures[name] = _oserror(f"{base}/{name}", exc)
                 continue
             try:
-                if listed_regular:  # listed as a regular file
+                if listed_regular:  # listed as a regular file: no fstat, so no size
                     data = read(fd, limit)
                     if data and not len(data) & 4095:  # whole pages: there may be more
                         data = _read_to_end(fd, data, limit)
-                    try:
-                        text = data.decode()
-                    except UnicodeDecodeError:
-                        text = None
-                    if text is not None and "\x00" not in text:
-                        values[name] = text.strip()
+                else:
+                    # _read_open inline for the common case (a regular file that states its size,
+                    # one read); anything else takes it as it is, so every refusal reads the same
+                    status = fstat(fd)
+                    if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
+                        data = read(fd, limit)
+                        if len(data) >= limit:  # MAX_ATTR_BYTES or more: read as read_bytes does
+                            os.lseek(fd, 0, os.SEEK_SET)
+                            data = _read_open(fd, f"{base}/{name}", limit)
                     else:
-                        values[name] = _attr_text(f"{base}/{name}", data).strip()
-                    continue
-                # _read_open and _attr_text inline for the common case (a regular file that
-                # states its size, one read, UTF-8 without NUL); anything else takes them as
-                # they are, so every refusal and error reads the same
-                status = fstat(fd)
-                if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
-                    data = read(fd, limit)
-                    if len(data) < limit:  # a short read is the end of a sized file
-                        try:
-                            text: str | None = data.decode()
-                        except UnicodeDecodeError:
-                            text = None
-                        if text is not None and "\x00" not in text:
-                            values[name] = text.strip()
-                        else:  # says which: binary content or not UTF-8
-                            values[name] = _attr_text(f"{base}/{name}", data).strip()
-                        continue
-                    os.lseek(fd, 0, os.SEEK_SET)  # a file of MAX_ATTR_BYTES or more: read as read_bytes does
-                path = f"{base}/{name}"
-                values[name] = _attr_text(path, _read_open(fd, path, limit)).strip()
+                        data = _read_open(fd, f"{base}/{name}", limit)
+                # _attr_text inline for plain UTF-8 without NUL; anything else takes it, so it
+                # says which (binary content or not UTF-8)
+                try:
+                    text: str | None = data.decode()
+                except UnicodeDecodeError:
+                    text = None
+                if text is not None and "\x00" not in text:
+                    values[name] = text.strip()
+                else:
+                    values[name] = _attr_text(f"{base}/{name}", data).strip()
             except HostFileError as exc:
                 failures[name] = exc
             except OSError as exc:
@@ -984,9 +973,7 @@ class HostFS:
         ``through_link``: list and read through ``host_path`` as given rather than through the
         resolved directory (the same files; errors and recorders name them by the caller's path).
         :class:`HostFileError` when the path cannot be resolved (a link loop)."""
-        # _normalise's test for an already clean path, inline (hundreds of devices per pass)
-        norm = (host_path if host_path[:1] == "/" and "//" not in host_path and "/." not in host_path
-                and host_path[-1:] != "/" else self._normalise(host_path))
+        norm = self._normalise(host_path)
         if not (self._walks_directories and norm != "/" and "\x00" not in norm
                 and (self._owner == _get_ident() or self._owns_descriptors())):
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)

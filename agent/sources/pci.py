@@ -275,7 +275,7 @@ def add_extra_attributes(attrs: dict[str, str], reader: AttributeReader, device_
 
     numa = read("numa_node")
     if numa is not None and numa != "-1":
-        if numa.isdigit() and numa.isascii() and len(numa) <= 19:  # is_decimal, inline
+        if is_decimal(numa):
             attrs["numa_node"] = _decimal(numa)
         else:
             reader.error(f"{device_dir}/numa_node", f"not a NUMA node number: {numa[:40]!r}")
@@ -290,7 +290,7 @@ def add_extra_attributes(attrs: dict[str, str], reader: AttributeReader, device_
                 reader.error(f"{device_dir}/revision", str(exc))
     numvfs = read("sriov_numvfs")
     if numvfs is not None:
-        if numvfs.isdigit() and numvfs.isascii() and len(numvfs) <= 19:  # is_decimal, inline
+        if is_decimal(numvfs):
             attrs["sriov_numvfs"] = _decimal(numvfs)
         else:
             reader.error(f"{device_dir}/sriov_numvfs", f"not a VF count: {numvfs[:40]!r}")
