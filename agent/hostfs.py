@@ -108,16 +108,23 @@ _HOWS: dict[int, tuple] = {}
 _NR_OPENAT2 = None
 
 
-def _openat2(dirfd: int, path: str, flags: int) -> int:
-    """``openat2(dirfd, path, {flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS})`` or OSError."""
-    if "\x00" in path:
-        raise OSError(errno.ENOENT, "NUL byte in path", path)
+def _openat2_how(flags: int) -> tuple:
+    """``(open_how, pointer to it, its size)`` for ``flags`` with ``RESOLVE_IN_ROOT |
+    RESOLVE_NO_MAGICLINKS``: the last two are what ``_SYSCALL`` takes after the path."""
     how = _HOWS.get(flags)
     if how is None:
         import ctypes
 
         struct = _OPEN_HOW(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         how = _HOWS[flags] = (struct, ctypes.byref(struct), ctypes.c_size_t(ctypes.sizeof(struct)))
+    return how
+
+
+def _openat2(dirfd: int, path: str, flags: int) -> int:
+    """``openat2(dirfd, path, {flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS})`` or OSError."""
+    if "\x00" in path:
+        raise OSError(errno.ENOENT, "NUL byte in path", path)
+    how = _HOWS.get(flags) or _openat2_how(flags)
     encoded = path.encode("utf-8", "surrogateescape")
     for _attempt in range(_EAGAIN_TRIES):
         fd = _SYSCALL(_NR_OPENAT2, dirfd, encoded, how[1], how[2])
@@ -1175,33 +1182,74 @@ class HostFS:
         it evicts again a few CPUs later; on a host of 256 CPUs that bookkeeping was most of the
         cpu source's cost above its I/O.  Here each path is opened with ``openat2``
         (``RESOLVE_IN_ROOT``: every link followed inside the root by the kernel), its files are
-        read as :meth:`read_attrs` reads them, and the descriptor is closed.  Without
-        ``openat2``, for an odd name, another thread, a recorder, a subclass that overrides a
-        seam method, or a path the kernel would not open, :meth:`read_attrs` answers."""
+        read and the descriptor is closed, in one loop: no call per child or file where a file
+        is what every sysfs attribute is (opened ``O_NOFOLLOW | O_NONBLOCK``, an ``fstat`` saying
+        regular file with a size, one read, UTF-8 without NUL); anything else takes the same
+        refusals and messages as :meth:`read_attrs` (``_read_open``, ``_attr_text``, a failed
+        open through :meth:`_read_leaves`).  Without ``openat2``, for an odd name, another
+        thread, a recorder, a subclass that overrides a seam method, or a path the kernel would
+        not open, :meth:`read_attrs` answers."""
         norm = self._normalise(directory)
         base = "" if norm == "/" else norm
         files = tuple(files)
-        fast = (self._kernel_resolve and self._plain_seam and self._recorder is None and "\x00" not in norm
-                and "\x00" not in within and _plain_name(within) and self._owns_descriptors())
         out: dict[str, tuple[dict[str, str | None], dict[str, HostFileError]]] = {}
-        root = self._root_descriptor() if fast else -1
+        if not (self._kernel_resolve and self._plain_seam and self._recorder is None and "\x00" not in norm
+                and _plain_name(within) and all([_plain_name(name) for name in files]) and self._owns_descriptors()):
+            for child in children:
+                out[child] = self.read_attrs(f"{base}/{child}/{within}", files)
+            return out
+        root = self._root_descriptor()
+        syscall, number, (_, how, how_size) = _SYSCALL, _NR_OPENAT2, _openat2_how(_DIR_FLAGS)
+        plain, open_, fstat, read, close = _PLAIN_NAMES, os.open, os.fstat, os.read, os.close
+        flags, limit = _READ_FLAGS | os.O_NOFOLLOW, MAX_ATTR_BYTES
         for child in children:
             path = f"{base}/{child}/{within}"
             fd = -1
-            if fast and (child in _PLAIN_NAMES or _plain_name(child)):
-                try:
-                    fd = _openat2(root, path[1:], _DIR_FLAGS)
-                except OSError:
-                    fd = -1  # gone, no directory, a race: read_attrs says which, file by file
+            if child in plain or _plain_name(child):
+                fd = syscall(number, root, path[1:].encode("utf-8", "surrogateescape"), how, how_size)
+                if fd < 0:  # _openat2 says why, retrying a lookup a rename raced (EAGAIN)
+                    try:
+                        fd = _openat2(root, path[1:], _DIR_FLAGS)
+                    except OSError:
+                        fd = -1  # gone, no directory: read_attrs says which, file by file
             if fd < 0:
                 out[child] = self.read_attrs(path, files)
                 continue
             values: dict[str, str | None] = {}
             failures: dict[str, HostFileError] = {}
             try:
-                self._read_leaves(fd, path, files, values, failures)
+                for name in files:
+                    try:
+                        file = open_(name, flags, dir_fd=fd)
+                    except OSError:  # a link (read inside the root), gone, refused: as read_attrs says
+                        self._read_leaves(fd, path, (name,), values, failures)
+                        continue
+                    try:
+                        status = fstat(file)
+                        if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
+                            data = read(file, limit)
+                            if len(data) >= limit:  # MAX_ATTR_BYTES or more: read as read_bytes does
+                                os.lseek(file, 0, os.SEEK_SET)
+                                data = _read_open(file, f"{path}/{name}", limit)
+                        else:  # refused unless a regular file; one of size 0 read to its end
+                            data = _read_open(file, f"{path}/{name}", limit)
+                        try:
+                            text = data.decode()
+                        except UnicodeDecodeError:
+                            text = "\x00"  # _attr_text below says what is wrong
+                        values[name] = (text if "\x00" not in text else _attr_text(f"{path}/{name}", data)).strip()
+                    except HostFileError as exc:
+                        failures[name] = exc
+                    except OSError as exc:
+                        error = _oserror(f"{path}/{name}", exc)
+                        if error.missing:
+                            values[name] = None
+                        else:
+                            failures[name] = error
+                    finally:
+                        close(file)
             finally:
-                os.close(fd)
+                close(fd)
             out[child] = (values, failures)
         return out
 

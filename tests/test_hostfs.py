@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import gc
 import os
@@ -722,6 +723,122 @@ def test_read_linked_children_answers_as_read_attrs_child_by_child(tmp_path, Hos
             assert found[child] == (dict.fromkeys(files), {}), child
     plain = HostFS(root).read_linked_children("/sys/devices/system/cpu", ["cpu4"], "topology", ["physical_package_id"])
     assert plain == {"cpu4": ({"physical_package_id": "3"}, {})}
+
+
+def test_read_linked_children_reads_every_kind_of_file_as_read_attrs(tmp_path, HostFS, monkeypatch):
+    """The one-loop read of each child's files (kernel resolver) answers as ``read_attrs`` for
+    every kind of leaf: plain text, empty, 64 KiB or more, not UTF-8, a directory, a FIFO, a
+    device node, a socket, a name too long to open, a link inside and one out of the root.  A
+    plain child never goes through ``read_attrs``, and every file it opens is ``fstat``-ed
+    before any read (what refuses FIFOs and device nodes where no listing gave the type)."""
+    import socket
+
+    root = tmp_path / "root"
+    bus = root / "sys/bus/cpu/devices"
+    bus.mkdir(parents=True)
+    (tmp_path / "secret").write_text("outside\n")
+    for n in range(3):
+        topo = root / f"sys/devices/system/cpu/cpu{n}/topology"
+        topo.mkdir(parents=True)
+        os.symlink(f"../../../devices/system/cpu/cpu{n}", bus / f"cpu{n}")
+        (topo / "thread_siblings_list").write_text(f"{n},{n + 64}\n")
+        (topo / "physical_package_id").write_text("0\n")
+    topo = root / "sys/devices/system/cpu/cpu1/topology"
+    (topo / "empty").write_bytes(b"")
+    (topo / "big").write_bytes(b"1" * (hostfs_module.MAX_ATTR_BYTES + 100))
+    (topo / "latin1").write_bytes(b"caf\xe9\n")
+    (topo / "dir").mkdir()
+    os.mkfifo(topo / "fifo")
+    os.symlink("physical_package_id", topo / "leaf")
+    os.symlink("../../../../../../../secret", topo / "escape")
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(topo / "sock"))
+    except OSError:
+        pass  # path too long for a socket address: the other kinds still run
+    try:
+        os.mknod(topo / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero's numbers
+    except PermissionError:
+        pass
+    files = ["thread_siblings_list", "physical_package_id", "empty", "big", "latin1", "dir", "fifo", "sock",
+             "zero", "leaf", "escape", "n" * 300, "absent"]
+    children = ["cpu0", "cpu1", "cpu2", "cpu9"]
+
+    def comparable(values, failures):
+        return values, {n: (e.host_path, e.reason, e.missing) for n, e in failures.items()}
+
+    host = HostFS(root)
+    answered_by_read_attrs: list[str] = []
+    read_attrs = host.read_attrs
+
+    def watched(directory, names):
+        answered_by_read_attrs.append(directory)
+        return read_attrs(directory, names)
+
+    host.read_attrs = watched
+    fstats: list[int] = []
+    opened: list[int] = []
+    real_open, real_fstat = os.open, os.fstat
+
+    def counting_open(path, flags, mode=0o777, *, dir_fd=None):
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if dir_fd is not None and not flags & os.O_DIRECTORY:
+            opened.append(fd)
+        return fd
+
+    def counting_fstat(fd):
+        fstats.append(fd)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    monkeypatch.setattr(os, "fstat", counting_fstat)
+    try:
+        found = host.read_linked_children("/sys/bus/cpu/devices", children, "topology", files)
+    finally:
+        monkeypatch.undo()
+        listener.close()
+    expected = {child: comparable(*HostFS(root).read_attrs(f"/sys/bus/cpu/devices/{child}/topology", files))
+                for child in children}
+    assert {child: comparable(*answer) for child, answer in found.items()} == expected
+    values, failures = found["cpu1"]
+    assert values["thread_siblings_list"] == "1,65" and values["empty"] == "" and values["leaf"] == "0"
+    assert values["big"] == "1" * hostfs_module.MAX_ATTR_BYTES and values["absent"] is None
+    assert values["escape"] is None  # the link's target re-rooted: not there
+    assert "not UTF-8" in failures["latin1"].reason and "directory" in failures["dir"].reason
+    assert hostfs_module._NOT_REGULAR == failures["fifo"].reason
+    assert not failures["n" * 300].missing
+    if "zero" in failures:
+        assert failures["zero"].reason == hostfs_module._NOT_REGULAR
+    if host._kernel_resolve:  # the one-loop path: only the missing child is read file by file
+        assert answered_by_read_attrs == ["/sys/bus/cpu/devices/cpu9/topology"]
+        assert opened and all(fd in fstats for fd in opened)
+
+
+@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2")
+def test_read_linked_children_retries_an_openat2_a_rename_raced(tmp_path, monkeypatch):
+    """A child's ``openat2`` failing with EAGAIN (a rename raced the lookup through ``..``) is
+    retried, not read as a missing topology (which dropped the SMT label for a pass)."""
+    import ctypes
+
+    (tmp_path / "sys/devices/system/cpu/cpu0/topology").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/cpu0/topology/core_id").write_text("0\n")
+    (tmp_path / "sys/bus/cpu/devices").mkdir(parents=True)
+    os.symlink("../../../devices/system/cpu/cpu0", tmp_path / "sys/bus/cpu/devices/cpu0")
+    real = hostfs_module._SYSCALL
+    raced: list[int] = []
+
+    def racing(*args):
+        if len(raced) < 3:
+            raced.append(1)
+            ctypes.set_errno(errno.EAGAIN)
+            return -1
+        return real(*args)
+
+    host = SeamHostFS(tmp_path, kernel_resolve=True)
+    host.read_attrs = lambda *args: pytest.fail("retried through read_attrs, not openat2")
+    monkeypatch.setattr(hostfs_module, "_SYSCALL", racing)
+    found = host.read_linked_children("/sys/bus/cpu/devices", ["cpu0"], "topology", ["core_id"])
+    assert found == {"cpu0": ({"core_id": "0"}, {})} and len(raced) == 3
 
 
 def test_read_linked_children_goes_through_a_subclass_s_read_attrs(tmp_path):
