@@ -61,9 +61,10 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         log.debug("cpuinfo flags without an NFD name: %s", " ".join(unmapped))
     if flags:
         features["cpuid"] = Feature(flags=flags, origin=flags_origin)
-        for flag in sorted(flags):
-            if _labelled_flag(flag, config):
-                _put(labels, origins, f"cpuid.{flag}", "true", flags_origin)
+        prefix = nfd_label(NAME, "cpuid.")
+        for flag in config.labelled_cpuid_flags(sorted(flags)):
+            labels[prefix + flag] = "true"
+            origins[prefix + flag] = flags_origin
     _, model_attrs = model_attributes(probe, block, origin, flags)
     if model_attrs:
         features["model"] = Feature(attributes=model_attrs, origin=origin)
@@ -99,11 +100,6 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
 def _put(labels: dict[str, str], origins: dict[str, str], key: str, value: str, origin: str) -> None:
     labels[nfd_label(NAME, key)] = value
     origins[nfd_label(NAME, key)] = origin
-
-
-def _labelled_flag(flag: str, config: Config) -> bool:
-    """NFD's key filter (``cpu_config``): a non-empty whitelist replaces the blacklist."""
-    return config.labelled_cpuid_flag(flag)
 
 
 def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:

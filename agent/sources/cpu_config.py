@@ -9,6 +9,7 @@ keeps every flag whatever the filter says, as in NFD.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from agent.sources._config import nfd_option
 
@@ -33,3 +34,12 @@ class Config:
         if self.cpuid_attribute_whitelist:
             return flag in self.cpuid_attribute_whitelist
         return flag not in self.cpuid_attribute_blacklist
+
+    def labelled_cpuid_flags(self, flags: Iterable[str]) -> list[str]:
+        """The ``flags`` :meth:`labelled_cpuid_flag` keeps, in their order; the list checked as
+        one set (a pass labels some 60 of 130 flags against the 26 names of the blacklist)."""
+        if self.cpuid_attribute_whitelist:
+            kept = frozenset(self.cpuid_attribute_whitelist)
+            return [flag for flag in flags if flag in kept]
+        dropped = frozenset(self.cpuid_attribute_blacklist)
+        return [flag for flag in flags if flag not in dropped]
