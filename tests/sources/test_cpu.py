@@ -302,6 +302,20 @@ def test_custom_blacklist_is_exact_names(tmp_path):
     assert "AVX512F" in labels and "SSE42" in labels
 
 
+def test_labelled_cpuid_flags_keeps_what_the_per_flag_filter_keeps():
+    """The filter the source applies to all flags at once agrees with NFD's per-key filter
+    (``labelled_cpuid_flag``) for the default blacklist, a custom one, a whitelist and
+    names that only differ in case or by a prefix; order kept, duplicates kept."""
+    flags = ["AVX", "AVX512", "AVX512F", "SSE42", "sse42", "HTT", "SGX", "AVX10", "AVX10_1", "", "AVX", "NX"]
+    for config in (cpu.Config(), cpu.Config(cpuid_attribute_blacklist=("AVX512", "")),
+                   cpu.Config(cpuid_attribute_whitelist=("AVX512F", "SGX", "NOT_A_FLAG", "AVX")),
+                   cpu.Config(cpuid_attribute_blacklist=())):
+        expected = [flag for flag in flags if config.labelled_cpuid_flag(flag)]
+        assert config.labelled_cpuid_flags(flags) == expected
+        assert config.labelled_cpuid_flags(iter(flags)) == expected
+    assert cpu.Config().labelled_cpuid_flags(flags) == ["AVX", "AVX512", "AVX512F", "sse42", "AVX10_1", "", "AVX"]
+
+
 # -- security and power details ------------------------------------------------------------------
 def test_sgx_flag_without_epc_is_not_enabled(tmp_path):
     put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
