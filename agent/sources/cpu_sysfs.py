@@ -150,9 +150,10 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
     packages: set[str] = set()
     # every CPU's topology/ opened once, through its /sys/bus/cpu/devices link, inside the root
     topologies = probe.host.read_linked_children("/sys/bus/cpu/devices", cpus, "topology", _TOPOLOGY_FILES)
+    # a CPU whose read failed ends the loop (a failed file is None below), so no error is added
+    # before the CPU that decides: counted once
+    errors_at = len(probe.errors)
     for cpu in cpus:
-        base = f"/sys/bus/cpu/devices/{cpu}/topology"
-        errors_at = len(probe.errors)
         values, failures = topologies[cpu]
         if failures:  # each reported as PrefetchedAttrs.attr reports it, in the same order
             files = PrefetchedAttrs(probe, values, failures)
@@ -168,9 +169,11 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
                 # all.  A known state of the host, not a failed read: determined, no labels.
                 del probe.errors[errors_at:]
                 return {}
-            probe.error(base, "topology incomplete; hardware_multithreading not determined this pass")
+            probe.error(f"/sys/bus/cpu/devices/{cpu}/topology",
+                        "topology incomplete; hardware_multithreading not determined this pass")
             return None
-        smt = smt or "," in siblings or "-" in siblings
+        if not smt and ("," in siblings or "-" in siblings):
+            smt = True
         packages.add(package)
     return {"hardware_multithreading": "true" if smt else "false", "socket_count": str(len(packages))}
 

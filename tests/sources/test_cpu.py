@@ -497,6 +497,24 @@ def test_an_offline_cpu_is_no_topology_as_nfd_and_not_undetermined(tmp_path):
     assert "topology" in result.undetermined and result.errors
 
 
+def test_an_offline_cpu_with_an_unreadable_topology_file_leaves_no_error(tmp_path):
+    """A read failure of the CPU found offline is no error (its state explains it); the errors
+    met before the topology (here: none) are kept, and an online CPU's failure still reports."""
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    add_cpus(tmp_path, 4, threads=2)
+    target = tmp_path / "sys/devices/system/cpu/cpu2/topology/thread_siblings_list"
+    target.unlink()
+    target.mkdir()  # EISDIR: unreadable even for root
+    put(tmp_path, "/sys/devices/system/cpu/cpu2/online", "0\n")
+    result = run(tmp_path)
+    assert "topology" not in result.features and not result.undetermined and not result.errors
+    put(tmp_path, "/sys/devices/system/cpu/cpu2/online", "1\n")
+    result = run(tmp_path)
+    assert "topology" in result.undetermined
+    assert [e.path.rsplit("/", 2)[-2:] for e in result.errors] == [["topology", "thread_siblings_list"],
+                                                                    ["cpu2", "topology"]]
+
+
 def test_no_cpu_list_is_absence_and_an_unlistable_one_is_undetermined(tmp_path):
     put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
     result = run(tmp_path)  # no /sys/bus/cpu/devices at all: nothing to report, nothing unknown
