@@ -12,6 +12,7 @@ example) are derived from the flag the kernel only shows when the bit is usable.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Mapping
 
 #: Linux x86 flag -> klauspost FeatureID name(s).  Only bits whose meaning is the same CPUID
@@ -69,6 +70,9 @@ X86_FLAGS: Mapping[str, tuple[str, ...]] = {
 
 #: klauspost only reports IBRS from AMD's 0x8000_0008 leaf; Linux sets ``ibrs`` on Intel too.
 AMD_ONLY_FLAGS: Mapping[str, tuple[str, ...]] = {"ibrs": ("IBRS",)}
+
+#: what :func:`nfd_flags` looks x86 flags up in on AMD and Hygon (X86_FLAGS wins where both name one)
+_X86_AMD_FLAGS: Mapping[str, tuple[str, ...]] = {**AMD_ONLY_FLAGS, **X86_FLAGS}
 
 #: psABI micro-architecture levels exactly as klauspost ``X64Level`` checks them (cumulative).
 _LEVEL1 = frozenset({"CMOV", "CMPXCHG8", "X87", "FXSR", "MMX", "SSE", "SSE2"})
@@ -153,12 +157,12 @@ def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
     out: set[str] = set()
     unmapped: list[str] = []
     if arch == "x86":
-        for flag in raw_flags:
-            names = X86_FLAGS.get(flag) or (AMD_ONLY_FLAGS.get(flag) if vendor in ("AMD", "Hygon") else None)
-            if names:
-                out.update(names)
-            elif flag not in ("ssbd", "virt_ssbd"):
-                unmapped.append(flag)
+        # X86_FLAGS first, AMD_ONLY_FLAGS for what it lacks on AMD and Hygon: looked up in C, one
+        # table per vendor (a host prints some 130 flags)
+        table = _X86_AMD_FLAGS if vendor in ("AMD", "Hygon") else X86_FLAGS
+        names = list(map(table.get, raw_flags))
+        out = set(chain.from_iterable(filter(None, names)))
+        unmapped = [flag for flag, found in zip(raw_flags, names) if not found and flag not in ("ssbd", "virt_ssbd")]
         out = x86_derived_flags(out, set(raw_flags), vendor, fields or {})
     elif arch in ("arm64", "arm", "s390x"):
         table = {"arm64": ARM64_HWCAPS, "arm": ARM32_HWCAPS, "s390x": S390_HWCAPS}[arch]

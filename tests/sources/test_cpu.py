@@ -302,6 +302,24 @@ def test_custom_blacklist_is_exact_names(tmp_path):
     assert "AVX512F" in labels and "SSE42" in labels
 
 
+def test_x86_flag_names_and_what_has_none():
+    """The kernel's x86 names in klauspost's: a flag with two names gives both, ``ibrs`` counts
+    on AMD and Hygon only (klauspost reads it from AMD's leaf), ``ssbd``/``virt_ssbd`` are
+    derived, never "unmapped"; every other unknown name is reported once per occurrence, in
+    order. (Names from ``arch/x86/include/asm/cpufeatures.h``; the mapping is cpu_flags'.)"""
+    from agent.sources.cpu_flags import nfd_flags
+
+    raw = ["fpu", "sse", "ibrs", "constant_tsc", "ssbd", "virt_ssbd", "abm", "nonstop_tsc", "constant_tsc", "xsave"]
+    fields = {"cpu family": "6", "model": "143"}
+    intel, intel_unmapped = nfd_flags("x86", raw, "Intel", fields)
+    assert intel >= {"X87", "SSE", "FXSROPT", "LZCNT", "POPCNT", "XSAVE", "OSXSAVE"} and "IBRS" not in intel
+    assert intel_unmapped == ["ibrs", "constant_tsc", "nonstop_tsc", "constant_tsc"]
+    for vendor in ("AMD", "Hygon"):
+        amd, amd_unmapped = nfd_flags("x86", raw, vendor, {"cpu family": "25", "model": "1"})
+        assert "IBRS" in amd and amd_unmapped == ["constant_tsc", "nonstop_tsc", "constant_tsc"]
+    assert nfd_flags("x86", [], "Intel", fields) == (frozenset(), [])
+
+
 def test_labelled_cpuid_flags_keeps_what_the_per_flag_filter_keeps():
     """The filter the source applies to all flags at once agrees with NFD's per-key filter
     (``labelled_cpuid_flag``) for the default blacklist, a custom one, a whitelist and
