@@ -183,6 +183,34 @@ def _read_big_text(host: HostFS, path: str) -> str | None:
     return _decode(data)
 
 
+USR_SRC = "/usr/src"
+
+
+class _UsrSrc:
+    """Five of NFD's kconfig candidates lie in as many directories below ``/usr/src``: one
+    listing of ``/usr/src`` (made when first asked) tells which of those directories exist,
+    so a candidate below one that does not is skipped without its failed open (what the read
+    would have found: nothing, "missing").  Unsure (the listing failed for another reason than
+    absence, a path not in normal form) means the candidate is read as before."""
+
+    def __init__(self, host: HostFS):
+        self.host = host
+        self.names: frozenset[str] | None = None
+        self.listed = False
+
+    def certainly_absent(self, path: str) -> bool:
+        if not path.startswith(USR_SRC + "/") or posixpath.normpath(path) != path:
+            return False
+        if not self.listed:
+            self.listed = True
+            try:
+                self.names = frozenset(self.host.listdir(USR_SRC))  # [] when /usr/src is not there
+            except HostFileError:
+                self.names = None  # there but unlistable: each read says what it finds
+        first = path[len(USR_SRC) + 1:].partition("/")[0]
+        return self.names is not None and first not in self.names
+
+
 @dataclass(frozen=True)
 class Config:
     """``sources.kernel`` of nfd-worker.conf, with NFD's defaults (``source/kernel`` ``newDefaultConfig``):
@@ -218,7 +246,10 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         for key, value in version.items():
             label(f"version.{key}", value, OSRELEASE)
 
+    usr_src = _UsrSrc(host)
     for path in kconfig_candidates(release, config.kconfig_file):
+        if usr_src.certainly_absent(path):
+            continue
         try:
             text = _read_big_text(host, path)
         except _Unusable as exc:

@@ -265,3 +265,69 @@ def test_any_kernel_files_never_crash_and_labels_are_valid(tmp_path_factory, con
     # a kconfig value no label may carry is dropped with an error, as NFD drops it
     for key, value in result.labels.items():
         assert not qualified_name_errors(key) and not label_value_errors(value)
+
+
+def _usr_src_layouts(root: Path) -> dict[str, object]:
+    """Ways /usr/src can hold (or not) the kconfig candidates below it; each a callable
+    that builds the layout under a fresh host root."""
+    import os
+
+    def make_dir(path):
+        (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+    return {
+        "absent": lambda: None,
+        "empty": lambda: make_dir("/usr/src"),
+        "first candidate": lambda: put(root, f"/usr/src/linux-{RELEASE}/.config", "CONFIG_PREEMPT=y\n"),
+        "headers only": lambda: (make_dir(f"/usr/src/linux-{RELEASE}"),
+                                 put(root, f"/usr/src/linux-headers-{RELEASE}/.config", "CONFIG_NO_HZ=y\n")),
+        "a file": lambda: put(root, "/usr/src", "not a directory\n"),
+        "config is a directory": lambda: make_dir(f"/usr/src/linux-rt-{RELEASE}/.config"),
+        "linked inside": lambda: (put(root, f"/usr/src/linux-headers-{RELEASE}/.config", "CONFIG_HZ=250\n"),
+                                  os.symlink(f"linux-headers-{RELEASE}", root / "usr/src/linux")),
+        "root linked elsewhere": lambda: (put(root, f"/opt/src/linux-{RELEASE}/.config", "CONFIG_HZ=100\n"),
+                                          make_dir("/usr"), os.symlink("/opt/src", root / "usr/src")),
+        "dangling entry": lambda: (make_dir("/usr/src"), os.symlink("gone", root / f"usr/src/linux-{RELEASE}")),
+    }
+
+
+@pytest.mark.parametrize("layout", list(_usr_src_layouts(Path("/")).keys()))
+@pytest.mark.parametrize("release", [RELEASE, "5.15.0/../../../boot"])
+def test_usr_src_candidates_decided_from_one_listing_as_from_their_reads(tmp_path, monkeypatch, layout, release):
+    """The five kconfig candidates below /usr/src are skipped when one listing of /usr/src shows
+    their directory absent; the answer (config found, errors) is the one reading each candidate
+    gives, for every layout (a release that makes a candidate path no normal form is read as
+    is); and an absent candidate is never opened."""
+    def answer(root, recorder=None):
+        result = kernel.discover(HostFS(root, recorder=recorder), kernel.Config())
+        return ({name: (dict(f.attributes), f.origin) for name, f in result.features.items() if name == "config"},
+                [(e.path, e.message) for e in result.errors])
+
+    root = host_with(tmp_path / "root", release)
+    put(root, f"/boot/config-{RELEASE}", UBUNTU_CONFIG)
+    _usr_src_layouts(root)[layout]()
+    seen: list[str] = []
+    listed = answer(root, seen.append)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel._UsrSrc, "certainly_absent", lambda self, path: False)
+        assert listed == answer(root)  # every candidate read, as before the listing
+    if layout in ("absent", "empty") and release == RELEASE:
+        assert "/usr/src" in seen and not [path for path in seen if path.startswith("/usr/src/")]
+        assert listed[0]["config"][1] == f"/boot/config-{RELEASE}"
+
+
+def test_an_unlistable_usr_src_has_each_candidate_read(tmp_path):
+    """/usr/src there but not listable (EACCES; root cannot make one, so the seam says so): every
+    candidate below it is read as before and the config there found."""
+    from agent.hostfs import HostFileError
+
+    class Unlistable(HostFS):
+        def listdir(self, host_path):
+            if host_path == "/usr/src":
+                raise HostFileError(host_path, "Permission denied")
+            return super().listdir(host_path)
+
+    root = host_with(tmp_path)
+    put(root, f"/usr/src/linux-headers-{RELEASE}/.config", "CONFIG_NO_HZ=y\n")
+    result = kernel.discover(Unlistable(root), kernel.Config())
+    assert result.features["config"].origin == f"/usr/src/linux-headers-{RELEASE}/.config" and not result.errors
