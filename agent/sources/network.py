@@ -77,6 +77,22 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
 _SRIOV = (("sriov_totalvfs", "sriov.capable"), ("sriov_numvfs", "sriov.configured"))
 
 
+def _read_plan(files) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """``files`` as :func:`read_attributes` reads them: the interface directory's own, then per
+    subdirectory (``device``) its leaves, in the order listed."""
+    below: dict[str, list[str]] = {}
+    for _, file in files:
+        if "/" in file:
+            subdirectory, _, leaf = file.rpartition("/")
+            below.setdefault(subdirectory, []).append(leaf)
+    return (tuple(file for _, file in files if "/" not in file),
+            tuple((subdirectory, tuple(leaves)) for subdirectory, leaves in below.items()))
+
+
+#: the plans of the two lists every interface is read with, made once
+_READ_PLANS = {files: _read_plan(files) for files in (_PHYSICAL_FILES, _VIRTUAL_FILES)}
+
+
 def read_attributes(reader: AttributeReader, entry: str, name: str, files,
                     unread: set[str] | None = None) -> dict[str, str]:
     """The interface's attributes; the name of each whose read failed goes into ``unread``."""
@@ -84,16 +100,20 @@ def read_attributes(reader: AttributeReader, entry: str, name: str, files,
     # the interface's own files through one directory lookup, its ``device/...`` ones through
     # one lookup of ``device`` (not a walk of both links per file); keyed by ``file`` as listed
     host = reader.host
-    values, failures = host.read_attrs(entry, [file for _, file in files if "/" not in file])
-    below: dict[str, list[str]] = {}
-    for _, file in files:
-        if "/" in file:
-            subdirectory, _, leaf = file.rpartition("/")
-            below.setdefault(subdirectory, []).append(leaf)
-    for subdirectory, leaves in below.items():
+    own, below = _READ_PLANS.get(files) or _read_plan(files)
+    values, failures = host.read_attrs(entry, own)
+    for subdirectory, leaves in below:
         sub_values, sub_failures = host.read_attrs(f"{entry}/{subdirectory}", leaves)
-        values.update((f"{subdirectory}/{leaf}", value) for leaf, value in sub_values.items())
-        failures.update((f"{subdirectory}/{leaf}", failure) for leaf, failure in sub_failures.items())
+        for leaf, value in sub_values.items():
+            values[f"{subdirectory}/{leaf}"] = value
+        for leaf, failure in sub_failures.items():
+            failures[f"{subdirectory}/{leaf}"] = failure
+    if not failures:  # every file read or absent: its value, where there is one
+        for attr, file in files:
+            value = values.get(file)
+            if value is not None:
+                attrs[attr] = value
+        return attrs
     for attr, file in files:
         failure = failures.get(file)
         if failure is not None:

@@ -236,3 +236,36 @@ def test_any_vf_count_bytes(totalvfs, numvfs):
         assert (N + "sriov.capable" in result.labels) == positive(totalvfs)
         assert (N + "sriov.configured" in result.labels) == positive(numvfs)
         assert len(result.features["device"].instances) == 1
+
+
+def test_read_attributes_answers_as_each_file_read_alone(tmp_path):
+    """An interface's files read directory by directory (one read_attrs of the interface, one per
+    subdirectory, the plan made once per list) give what reading each file alone gives: a value,
+    nothing for an absent file, an error (and the attribute in ``unread``) for an unreadable one,
+    in the list's order; for the lists the source uses and for any other list."""
+    from agent.sources._sysfs import AttributeReader
+
+    devdir = netdev(tmp_path, "ens1f0np0", CX6, driver="mlx5_core", totalvfs="16", numvfs="4")
+    put(tmp_path, f"{devdir}/queues/rx-0/rps_cpus", "00000000\n")
+    (tmp_path / devdir.lstrip("/") / "statistics").mkdir()
+    (tmp_path / devdir.lstrip("/") / "statistics/rx_bytes").mkdir()  # unreadable: EISDIR
+    (tmp_path / devdir.lstrip("/") / "carrier").mkdir()
+    entry = "/sys/class/net/ens1f0np0"
+    lists = [network._PHYSICAL_FILES, network._VIRTUAL_FILES,
+             (("carrier", "carrier"), ("rx", "statistics/rx_bytes"), ("vfs", "device/sriov_totalvfs"),
+              ("rps", "queues/rx-0/rps_cpus"), ("absent", "device/nothing"), ("mtu", "mtu"), ("gone", "nothing"))]
+    for files in lists:
+        reader = AttributeReader(HostFS(tmp_path), "network")
+        unread: set[str] = set()
+        found = network.read_attributes(reader, entry, "ens1f0np0", files, unread)
+        alone = AttributeReader(HostFS(tmp_path), "network")
+        expected = {"name": "ens1f0np0"}
+        for attr, file in files:
+            value = alone.attr(f"{entry}/{file}")
+            if value is not None:
+                expected[attr] = value
+        assert found == expected
+        assert [(e.path, e.message) for e in reader.errors] == [(e.path, e.message) for e in alone.errors]
+        assert unread == {attr for attr, file in files if any(e.path == f"{entry}/{file}" for e in alone.errors)}
+    assert found == {"name": "ens1f0np0", "vfs": "16", "rps": "00000000", "mtu": "1500"}
+    assert len(reader.errors) == 2
