@@ -762,7 +762,9 @@ def test_read_linked_children_reads_every_kind_of_file_as_read_attrs(tmp_path, H
         pass
     files = ["thread_siblings_list", "physical_package_id", "empty", "big", "latin1", "dir", "fifo", "sock",
              "zero", "leaf", "escape", "n" * 300, "absent"]
-    children = ["cpu0", "cpu1", "cpu2", "cpu9"]
+    (bus / "notdir").write_text("a file\n")  # cpuN/topology below a file: ENOTDIR
+    os.symlink("loop", bus / "loop")  # ELOOP: the kernel's answer is no "absent"
+    children = ["cpu0", "cpu1", "cpu2", "cpu9", "notdir", "loop"]
 
     def comparable(values, failures):
         return values, {n: (e.host_path, e.reason, e.missing) for n, e in failures.items()}
@@ -815,8 +817,11 @@ def test_read_linked_children_reads_every_kind_of_file_as_read_attrs(tmp_path, H
     assert not failures["n" * 300].missing
     if "zero" in failures:
         assert failures["zero"].reason == hostfs_module._NOT_REGULAR
-    if host._kernel_resolve:  # the one-loop path: only the missing child is read file by file
-        assert answered_by_read_attrs == ["/sys/bus/cpu/devices/cpu9/topology"]
+    assert found["cpu9"] == found["notdir"] == (dict.fromkeys(files), {})
+    if host._kernel_resolve:
+        # the one-loop path: a child the kernel finds absent (ENOENT, ENOTDIR) is answered "every
+        # file absent" without read_attrs; only the loop goes through it, to say what it is
+        assert answered_by_read_attrs == ["/sys/bus/cpu/devices/loop/topology"]
         assert {"thread_siblings_list", "physical_package_id", "empty", "big"} <= set(opened)
 
 
