@@ -1186,9 +1186,11 @@ class HostFS:
         is what every sysfs attribute is (opened ``O_NOFOLLOW | O_NONBLOCK``, an ``fstat`` saying
         regular file with a size, one read, UTF-8 without NUL); anything else takes the same
         refusals and messages as :meth:`read_attrs` (``_read_open``, ``_attr_text``, a failed
-        open through :meth:`_read_leaves`).  Without ``openat2``, for an odd name, another
-        thread, a recorder, a subclass that overrides a seam method, or a path the kernel would
-        not open, :meth:`read_attrs` answers."""
+        open through :meth:`_read_leaves`).  A child the kernel finds absent inside the root
+        (``ENOENT``, ``ENOTDIR``: an offline CPU has no ``topology/``) has every file absent,
+        which is what :meth:`read_attrs` finds.  Without ``openat2``, for an odd name, another
+        thread, a recorder, a subclass that overrides a seam method, or a path the kernel
+        refuses otherwise (a loop, a permission), :meth:`read_attrs` answers."""
         norm = self._normalise(directory)
         base = "" if norm == "/" else norm
         files = tuple(files)
