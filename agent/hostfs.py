@@ -31,7 +31,7 @@ import sys
 import threading
 from threading import get_ident as _get_ident
 from pathlib import Path
-from typing import AbstractSet, Callable, Iterable, NamedTuple, TypeVar
+from typing import AbstractSet, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 MAX_ATTR_BYTES = 64 * 1024
 """Largest file the seam reads in one go; sysfs attributes are at most a page."""
@@ -249,6 +249,20 @@ def _oserror(host_path: str, exc: OSError) -> HostFileError:
     error = HostFileError(host_path, "missing" if missing else (exc.strerror or type(exc).__name__), missing=missing)
     error.__cause__ = exc
     return error
+
+
+def _note_failed_read(values: dict, failures: dict, name: str, host_path: str, exc: OSError) -> None:
+    """What the read loops record for a file whose read failed: a :class:`HostFileError` as it
+    is, any other ``OSError`` as :func:`_oserror` words it (a file gone since it was listed or
+    opened is absent: ``None``)."""
+    if isinstance(exc, HostFileError):
+        failures[name] = exc
+        return
+    error = _oserror(host_path, exc)
+    if error.missing:
+        values[name] = None
+    else:
+        failures[name] = error
 
 
 def _attr_text(host_path: str, data: bytes) -> str:
@@ -874,24 +888,13 @@ class HostFS:
         return values, failures
 
     def _read_leaves(self, dirfd: int | None, base: str, names: Iterable[str],
-                     values: dict[str, str | None], failures: dict[str, HostFileError],
-                     regular: dict[str, bool] | None = None) -> None:
+                     values: dict[str, str | None], failures: dict[str, HostFileError]) -> None:
         """:meth:`read_attrs`' loop: each name opened relative to ``dirfd`` (the open directory
-        ``base``), or through :meth:`read_attr` where that cannot be done safely (``dirfd`` None,
-        an odd name, a leaf that is a link).  The hottest loop of a pass (one turn per file):
-        the common case (a sized regular file of plain text) runs on local names only.
-
-        ``regular``: the directory's listing as :meth:`read_directory` just read it, name ->
-        whether its entry type (``d_type``) is a regular file.  A name listed as one is opened
-        (``O_NOFOLLOW | O_NONBLOCK``) and read without the ``fstat`` that otherwise refuses
-        FIFOs and device nodes (a third of this loop's cost on a big host); a name it shows as a
-        FIFO or device node is refused without being opened (one ``lstat`` to tell), and any
-        other (a directory, a link, a socket) takes the ``fstat`` path as before.  Without the
-        file size, a read that ends off a page boundary is the file's end (regular files end at a
-        short read; sysfs returns an attribute whole and a binary attribute a page at a time); a
-        read of whole pages reads on to the end.  An entry swapped for a FIFO or device node between the listing and the
-        open would be read: on sysfs only the kernel makes entries, and on any other tree only
-        a process able to create device nodes on the host could race it."""
+        ``base``) with ``O_NOFOLLOW | O_NONBLOCK``, refused after ``fstat`` unless a regular file,
+        or read through :meth:`read_attr` where that cannot be done safely (``dirfd`` None, an
+        odd name, a leaf that is a link).  One turn per file: the common case (a sized regular
+        file of plain text) runs on local names only.  (Files a listing already showed to be
+        regular are read without the ``fstat`` by :meth:`read_directories`.)"""
         if dirfd is None:
             for name in names:
                 self._read_one(base, name, values, failures)
@@ -902,12 +905,6 @@ class HostFS:
         for name in names:
             if name not in safe and not _plain_name(name):
                 self._read_one(base, name, values, failures)
-                continue
-            listed_regular = regular.get(name) if regular is not None else None
-            if listed_regular is False and _special_file(dirfd, name):
-                # listed as a FIFO or device node: refused without opening it (an open has
-                # effects: it completes a FIFO writer's open, arms a watchdog, rewinds a tape)
-                failures[name] = HostFileError(f"{base}/{name}", _NOT_REGULAR)
                 continue
             try:
                 fd = open_(name, flags, dir_fd=dirfd)
@@ -920,39 +917,25 @@ class HostFS:
                     failures[name] = _oserror(f"{base}/{name}", exc)
                 continue
             try:
-                if listed_regular:  # listed as a regular file: no fstat, so no size
+                # _read_open inline for the common case (a regular file that states its size, one
+                # read); anything else takes it as it is, so every refusal reads the same
+                status = fstat(fd)
+                if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
                     data = read(fd, limit)
-                    if data and not len(data) & 4095:  # whole pages: there may be more
-                        data = _read_to_end(fd, data, limit)
-                else:
-                    # _read_open inline for the common case (a regular file that states its size,
-                    # one read); anything else takes it as it is, so every refusal reads the same
-                    status = fstat(fd)
-                    if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
-                        data = read(fd, limit)
-                        if len(data) >= limit:  # MAX_ATTR_BYTES or more: read as read_bytes does
-                            os.lseek(fd, 0, os.SEEK_SET)
-                            data = _read_open(fd, f"{base}/{name}", limit)
-                    else:
+                    if len(data) >= limit:  # MAX_ATTR_BYTES or more: read as read_bytes does
+                        os.lseek(fd, 0, os.SEEK_SET)
                         data = _read_open(fd, f"{base}/{name}", limit)
-                # _attr_text inline for plain UTF-8 without NUL; anything else takes it, so it
-                # says which (binary content or not UTF-8)
+                else:
+                    data = _read_open(fd, f"{base}/{name}", limit)
+                # _attr_text inline for plain UTF-8 without NUL (the read loops' shared idiom);
+                # anything else takes it, so it says which (binary content or not UTF-8)
                 try:
-                    text: str | None = data.decode()
+                    text = data.decode()
                 except UnicodeDecodeError:
-                    text = None
-                if text is not None and "\x00" not in text:
-                    values[name] = text.strip()
-                else:
-                    values[name] = _attr_text(f"{base}/{name}", data).strip()
-            except HostFileError as exc:
-                failures[name] = exc
-            except OSError as exc:
-                error = _oserror(f"{base}/{name}", exc)
-                if error.missing:
-                    values[name] = None
-                else:
-                    failures[name] = error
+                    text = "\x00"
+                values[name] = (text if "\x00" not in text else _attr_text(f"{base}/{name}", data)).strip()
+            except OSError as exc:  # a HostFileError too: a refusal, junk
+                _note_failed_read(values, failures, name, f"{base}/{name}", exc)
             finally:
                 close(fd)
 
@@ -981,46 +964,127 @@ class HostFS:
         resolved directory (the same files; errors and recorders name them by the caller's path).
         :class:`HostFileError` when the path cannot be resolved (a link loop)."""
         norm = self._normalise(host_path)
-        if not (self._walks_directories and norm != "/" and "\x00" not in norm
-                and (self._owner == _get_ident() or self._owns_descriptors())):
+        if not (self._walks_directories and norm != "/" and "\x00" not in norm):
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)
-        dirfds = self._dirfds
-        try:
-            real = self._device_link(norm)
+        parent, _, name = norm.rpartition("/")
+        for _, found in self._read_directories(parent, (name,), files, optional, links, through_link, host_path):
+            if isinstance(found, HostFileError):
+                raise found
+            return found
+        raise AssertionError("one answer per name")  # pragma: no cover
+
+    def read_directories(self, directory: str, names: Iterable[str], files: Iterable[str] = (), *,
+                         optional: Iterable[str] = (), links: Iterable[str] = (), through_link: bool = False
+                         ) -> Iterator[tuple[str, "DirectoryRead | HostFileError"]]:
+        """:meth:`read_directory` of ``directory/name`` for each of ``names`` (a bus's devices),
+        yielded in order as ``(name, DirectoryRead)``, or ``(name, HostFileError)`` where
+        :meth:`read_directory` raises.
+
+        Why: on a big host this is a pass's hottest path (400 PCI functions, 123 USB devices);
+        reading the bus in one loop spares each device the entry of a call and keeps the
+        listed-regular read (below) on local names.  Lazy: a caller may use the seam between two
+        answers (nothing read here is kept across a yield but the seam's own caches)."""
+        norm = self._normalise(directory)
+        return self._read_directories("" if norm == "/" else norm, names, tuple(files), tuple(optional),
+                                      tuple(links), through_link, None)
+
+    def _read_directories(self, base_dir: str, names: Iterable[str], files: Iterable[str],
+                          optional: Iterable[str], links: Iterable[str], through_link: bool,
+                          host_path: str | None) -> Iterator[tuple[str, "DirectoryRead | HostFileError"]]:
+        """The loop of :meth:`read_directories` (``base_dir`` normalised, ``""`` for the root);
+        ``host_path``: the path as :meth:`read_directory` was given it (one name), which the
+        resolvers' answer names where the one-descriptor path cannot serve.
+
+        Each directory is resolved inside the root (:meth:`_device_link`, else :meth:`_canonical`),
+        listed once with ``scandir`` (one ``getdents``: the names and each entry's type), and
+        then: a file the listing shows as a regular file is opened ``O_NOFOLLOW | O_NONBLOCK``
+        and read without the ``fstat`` that otherwise refuses FIFOs and device nodes (a third of
+        a read's cost on a big host); one it shows as a FIFO or device node is refused without
+        being opened (one ``lstat`` to tell: an open has effects: it completes a FIFO writer's
+        open, arms a watchdog); any other name (not listed as a file, a failed open, ``/proc``,
+        whose files state no size and may end off a page) is read by :meth:`_read_leaves`, with
+        its ``fstat``.  Without the file size, a read that ends off a page boundary is the file's
+        end (regular files end at a short read; sysfs returns an attribute whole and a binary
+        attribute a page at a time, ``fs/kernfs/file.c``); a read of whole pages reads on.  An
+        entry swapped for a FIFO or device node between the listing and the open would be read:
+        on sysfs only the kernel makes entries, and on any other tree only a process able to
+        create device nodes on the host could race it.  Where this cannot be done (another
+        thread, a recorder or a subclass, an odd name, a path the walk cannot open) the answer is
+        :meth:`resolve`, :meth:`listdir`, :meth:`read_attrs` and :meth:`link_names` in turn."""
+        fast = self._walks_directories and "\x00" not in base_dir and self._owns_descriptors()
+        open_, read, close, scandir = os.open, os.read, os.close, os.scandir
+        flags, limit, plain = _READ_FLAGS | os.O_NOFOLLOW, MAX_ATTR_BYTES, _PLAIN_NAMES
+        for name in names:
+            path = f"{base_dir}/{name}"
+            real = None
+            if fast and (name in plain or _plain_name(name)):
+                try:
+                    real = self._device_link(path)
+                    if real is None:
+                        real = self._canonical(path, [0], link_first=True)
+                except OSError:
+                    real = None  # missing, dangling, a file: the resolvers say what it is
+            if real is not None:
+                dirfd = self._dirfds[real]
+                try:
+                    fd = open_(".", _LIST_FLAGS, dir_fd=dirfd)
+                    try:
+                        with scandir(fd) as listing:
+                            regular = {entry.name: entry.is_file(follow_symlinks=False) for entry in listing}
+                    finally:
+                        close(fd)
+                except OSError:
+                    real = None
             if real is None:
-                real = self._canonical(norm, [0], link_first=True)
-        except OSError:
-            real = None  # missing, dangling, a file: the resolvers say what it is
-        if real is None:
-            return self._read_directory_by_parts(host_path, files, optional, links, through_link)
-        dirfd = dirfds[real]
-        try:
-            fd = os.open(".", _LIST_FLAGS, dir_fd=dirfd)
-            try:
-                # one getdents: the names, and which are regular files (d_type), so the files
-                # read below need no fstat each (_read_leaves)
-                with os.scandir(fd) as listing:
-                    regular: dict[str, bool] | None = {entry.name: entry.is_file(follow_symlinks=False)
-                                                       for entry in listing}
-            finally:
-                os.close(fd)
-        except OSError:
-            return self._read_directory_by_parts(host_path, files, optional, links, through_link)
-        names = regular.keys()  # a set-like view: no copy of the names
-        if real == "/proc" or real.startswith("/proc/"):
-            regular = None  # procfs files state no size and may end off a page: fstat and read to EOF
-        values: dict[str, str | None] = {}
-        failures: dict[str, HostFileError] = {}
-        found: dict[str, str | None] = {}
-        if names:
-            named = norm if through_link else real
-            base = "" if named == "/" else named
-            # filter with the listing's own __contains__: no comprehension frame per directory
-            wanted = [*files, *filter(names.__contains__, optional)] if optional else files
-            self._read_leaves(dirfd, base, wanted, values, failures, regular)
-            if links:
-                self._read_link_names(dirfd, base, filter(names.__contains__, links), found)
-        return _new_tuple(DirectoryRead, (real, names, None, values, failures, found))
+                try:
+                    yield name, self._read_directory_by_parts(host_path or path, files, optional, links,
+                                                              through_link)
+                except HostFileError as exc:
+                    yield name, exc
+                continue
+            listed = regular.keys()  # a set-like view: no copy of the names
+            values: dict[str, str | None] = {}
+            failures: dict[str, HostFileError] = {}
+            found: dict[str, str | None] = {}
+            if listed:
+                named = path if through_link else real
+                base = "" if named == "/" else named
+                # filter with the listing's own __contains__: no comprehension frame per directory
+                wanted = (*files, *filter(listed.__contains__, optional)) if optional else files
+                if real == "/proc" or real.startswith("/proc/"):
+                    self._read_leaves(dirfd, base, wanted, values, failures)
+                    wanted = ()
+                for file in wanted:
+                    kind = regular.get(file)
+                    if not kind:  # not listed as a regular file
+                        if kind is False and _special_file(dirfd, file):
+                            failures[file] = HostFileError(f"{base}/{file}", _NOT_REGULAR)
+                        else:
+                            self._read_leaves(dirfd, base, (file,), values, failures)
+                        continue
+                    try:
+                        fd = open_(file, flags, dir_fd=dirfd)
+                    except OSError:  # a link, gone, refused: _read_leaves says which
+                        self._read_leaves(dirfd, base, (file,), values, failures)
+                        continue
+                    try:
+                        data = read(fd, limit)
+                        if data and not len(data) & 4095:  # whole pages: there may be more
+                            data = _read_to_end(fd, data, limit)
+                        # _attr_text inline for plain UTF-8 without NUL (the read loops' shared
+                        # idiom); anything else takes it, so it says which
+                        try:
+                            text = data.decode()
+                        except UnicodeDecodeError:
+                            text = "\x00"
+                        values[file] = (text if "\x00" not in text else _attr_text(f"{base}/{file}", data)).strip()
+                    except OSError as exc:  # a HostFileError too: junk
+                        _note_failed_read(values, failures, file, f"{base}/{file}", exc)
+                    finally:
+                        close(fd)
+                if links:
+                    self._read_link_names(dirfd, base, filter(listed.__contains__, links), found)
+            yield name, _new_tuple(DirectoryRead, (real, listed, None, values, failures, found))
 
     def _device_link(self, norm: str) -> str | None:
         """:meth:`_canonical` (``link_first``) for its common case, inline: ``norm`` is a link in
@@ -1250,14 +1314,8 @@ class HostFS:
                         except UnicodeDecodeError:
                             text = "\x00"  # _attr_text below says what is wrong
                         values[name] = (text if "\x00" not in text else _attr_text(f"{path}/{name}", data)).strip()
-                    except HostFileError as exc:
-                        failures[name] = exc
-                    except OSError as exc:
-                        error = _oserror(f"{path}/{name}", exc)
-                        if error.missing:
-                            values[name] = None
-                        else:
-                            failures[name] = error
+                    except OSError as exc:  # a HostFileError too: a refusal, junk
+                        _note_failed_read(values, failures, name, f"{path}/{name}", exc)
                     finally:
                         close(file)
             finally:

@@ -925,6 +925,115 @@ def test_read_directory_in_one_pass_answers_as_its_parts(tmp_path, HostFS):
     assert host.read_directory("/sys/bus/pci/devices/above-root").path == "/etc"
 
 
+def _directory_answer(host, path, **kwargs):
+    """read_directory's answer, comparable: the DirectoryRead's fields, or the error it raised."""
+    try:
+        found = host.read_directory(path, ["vendor", "junk", "fifo", "absent", ""], **kwargs)
+    except HostFileError as exc:
+        return ("error", exc.host_path, exc.reason)
+    return _comparable(found)
+
+
+def _comparable(found):
+    if isinstance(found, HostFileError):
+        return ("error", found.host_path, found.reason)
+    return (found.path, found.names, found.values,
+            {n: (e.host_path, e.reason) for n, e in found.failures.items()}, found.links,
+            None if found.listing_error is None else found.listing_error.reason)
+
+
+@pytest.mark.parametrize("through_link", [False, True])
+def test_read_directories_answer_as_read_directory_name_by_name(tmp_path, HostFS, through_link):
+    """A bus read in one go answers, name by name and in order, what a fresh seam's
+    read_directory answers for each (an error it raises comes back as the name's answer): device
+    links, odd targets, a link loop, odd names, junk, a FIFO, all under every resolver."""
+    root = tmp_path / "root"
+    entries = _device_tree(root)
+    dev = root / "sys/devices/pci0000:00/0000:00:01.0/0000:00:02.0"
+    (dev / "junk").write_bytes(b"\xff\xfe\x00\x01")
+    os.mkfifo(dev / "fifo")
+    bus = root / "sys/bus/pci/devices"
+    os.symlink("loop", bus / "loop")
+    names = [*entries, "loop", "nothing", "", ".", "..", "a/b", "a\x00b", "0000:00:02.0"]
+    kwargs = {"optional": ["absent", "vendor"], "links": ["driver", "vendor", "missing"], "through_link": through_link}
+    host = HostFS(root)
+    answers = [(name, _comparable(found)) for name, found in host.read_directories(
+        "/sys/bus/pci/devices", names, ["vendor", "junk", "fifo", "absent", ""], **kwargs)]
+    assert [name for name, _ in answers] == names
+    for name, answer in answers:
+        assert answer == _directory_answer(HostFS(root), f"/sys/bus/pci/devices/{name}", **kwargs), name
+    by_name = dict(answers)
+    assert by_name["0000:00:02.0"][2]["vendor"] == "0x102e"
+    assert set(by_name["0000:00:02.0"][3]) >= {"junk", "fifo"}
+    assert by_name["loop"][0] == "error"
+
+
+def test_read_directories_is_lazy_and_survives_seam_use_between_answers(tmp_path, HostFS):
+    """A caller may use the seam between two answers (usb reads a device's interfaces before
+    the next device): the answers stay what read_directory gives, the descriptors bounded."""
+    root = tmp_path / "root"
+    entries = _device_tree(root)
+    host = HostFS(root)
+    seen = []
+    for name, found in host.read_directories("/sys/bus/pci/devices", entries, ["vendor"], links=["driver"]):
+        host.read_children("/sys/devices/pci0000:00", ["0000:00:00.0", "0000:00:01.0"], ["vendor"], ["driver"])
+        host.read_attrs("/sys/devices/pci0000:00/0000:00:04.0", ["vendor"])
+        seen.append(name)
+        fresh = HostFS(root)
+        try:
+            expected = _comparable(fresh.read_directory(f"/sys/bus/pci/devices/{name}", ["vendor"], links=["driver"]))
+        except HostFileError as exc:
+            expected = _comparable(exc)
+        assert _comparable(found) == expected, name
+    assert seen == entries
+    host.close()
+
+
+@pytest.mark.parametrize("kernel_resolve", [False, True] if hostfs_module._openat2_available() else [False])
+def test_a_listed_regular_file_that_cannot_be_opened_is_answered_as_read_attrs_answers(tmp_path, kernel_resolve):
+    """The listed-regular read's odd cases: a file gone between listing and open is absent, one
+    replaced by a link is read through the link inside the root (as read_attrs reads it)."""
+    root = tmp_path / "root"
+    dev = root / "sys/devices/platform/dev0"
+    dev.mkdir(parents=True)
+    for name in ("vendor", "gone", "relinked"):
+        (dev / name).write_text(f"{name}\n")
+    (root / "etc").mkdir()
+    (root / "etc/target").write_text("inside\n")
+    host = hostfs_module.HostFS(root, kernel_resolve=kernel_resolve)
+    assert host._walks_directories  # the one-descriptor path, whose listed-regular read this tests
+    real_scandir = os.scandir
+    listed = []
+
+    def scandir_then_change(fd):
+        listing = list(real_scandir(fd))  # the listing as it was; then the tree changes
+        listed.append([entry.name for entry in listing])
+        (dev / "gone").unlink()
+        (dev / "relinked").unlink()
+        os.symlink("/etc/target", dev / "relinked")
+        return _ListedEntries(listing)
+
+    hostfs_module.os.scandir, saved = scandir_then_change, hostfs_module.os.scandir
+    try:
+        found = host.read_directory("/sys/devices/platform/dev0", ["vendor", "gone", "relinked"])
+    finally:
+        hostfs_module.os.scandir = saved
+    assert listed and "gone" in listed[0]
+    assert found.values == {"vendor": "vendor", "gone": None, "relinked": "inside"}
+    assert found.values == hostfs_module.HostFS(root).read_attrs("/sys/devices/platform/dev0",
+                                                                 ["vendor", "gone", "relinked"])[0]
+
+
+class _ListedEntries(list):
+    """A scandir listing taken earlier, usable as ``with os.scandir(fd) as listing``."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_descriptors_do_not_leak_over_passes_with_device_churn(tmp_path, HostFS):
     """Many passes while devices come, go, and turn from links into directories and back: open
     descriptors stay bounded during the passes and all close with the seam."""

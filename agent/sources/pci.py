@@ -88,7 +88,8 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     addresses = reader.listdir(DEVICES)
     functions: list[PciFunction] = []
     for start in range(0, len(addresses), _BATCH):
-        reads = [(address, read_device_directory(host, address)) for address in addresses[start:start + _BATCH]]
+        reads = list(host.read_directories(DEVICES, addresses[start:start + _BATCH], _MANDATORY_NAMES,
+                                           optional=_OPTIONAL, links=_LINKS))
         groups = sorted({group for _, found in reads if isinstance(found, DirectoryRead) and found.names
                          and (group := found.links.get("iommu_group")) and group.isdigit()})
         group_types = host.read_children(IOMMU_GROUPS, groups, ("type",)) if groups else {}

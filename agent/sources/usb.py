@@ -58,17 +58,14 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     if not host.is_dir(DEVICES):
         return SourceResult(NAME)
     instances: list[Instance] = []
-    for name in reader.listdir(DEVICES):
-        if ":" in name:
-            continue  # an interface (<device>:<config>.<interface>); never a device name
+    # interfaces (<device>:<config>.<interface>) are never device names; each device directory
+    # is read in one go (HostFS.read_directories): one listing says which optional files to read
+    # and names its interface directories, instead of a failed open per absent file
+    devices = [name for name in reader.listdir(DEVICES) if ":" not in name]
+    for name, found in host.read_directories(DEVICES, devices, optional=_DEVICE_FILES, through_link=True):
         entry = f"{DEVICES}/{name}"
-        # one listing says what the device directory holds: which optional files to read, and
-        # its interface directories by name, instead of a failed open per absent file; the
-        # directory is resolved, listed and read through one descriptor
-        try:
-            found = host.read_directory(entry, optional=_DEVICE_FILES, through_link=True)
-        except HostFileError as exc:
-            reader.error(entry, f"unlistable: {exc.reason}")
+        if isinstance(found, HostFileError):
+            reader.error(entry, f"unlistable: {found.reason}")
             continue
         if found.listing_error is not None:
             reader.error(entry, f"unlistable: {found.listing_error.reason}")

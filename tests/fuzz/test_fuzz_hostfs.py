@@ -110,4 +110,22 @@ def _probe(host: HostFS, root: Path, query: str) -> tuple:
     except HostFileError:
         expected = None
     assert batch == expected, (query, batch, expected)
-    return data, resolved, listing, kinds, directory, batch
+    # several device directories in one go: what a fresh seam's read_directory answers per child
+    def directory_answer(found):
+        if isinstance(found, HostFileError):
+            return None
+        assert SECRET not in [v.encode() + b"\n" for v in found.values.values() if v is not None]
+        return (found.path, found.names, {n: v for n, v in found.values.items() if v is not None}, found.links,
+                found.listing_error is None)
+
+    directories = [(child, directory_answer(found)) for child, found in host.read_directories(
+        query, children, ["f", "secret"], optional=["a"], links=["link", "loop"])]
+    expected_directories = []
+    for child in children:
+        try:
+            found = single.read_directory(f"{base}/{child}", ["f", "secret"], optional=["a"], links=["link", "loop"])
+        except HostFileError as exc:
+            found = exc
+        expected_directories.append((child, directory_answer(found)))
+    assert directories == expected_directories, (query, directories, expected_directories)
+    return data, resolved, listing, kinds, directory, batch, directories
