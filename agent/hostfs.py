@@ -1245,12 +1245,10 @@ class HostFS:
         anyway, but goes there through the descriptor cache's lookups and keeps a descriptor
         it evicts again a few CPUs later; on a host of 256 CPUs that bookkeeping was most of the
         cpu source's cost above its I/O.  Here each path is opened with ``openat2``
-        (``RESOLVE_IN_ROOT``: every link followed inside the root by the kernel), its files are
-        read and the descriptor is closed, in one loop: no call per child or file where a file
-        is what every sysfs attribute is (opened ``O_NOFOLLOW | O_NONBLOCK``, an ``fstat`` saying
-        regular file with a size, one read, UTF-8 without NUL); anything else takes the same
-        refusals and messages as :meth:`read_attrs` (``_read_open``, ``_attr_text``, a failed
-        open through :meth:`_read_leaves`).  A child the kernel finds absent inside the root
+        (``RESOLVE_IN_ROOT``: every link followed inside the root by the kernel, ``openat2``
+        called directly), its files are read by :meth:`read_attrs`' own loop
+        (:meth:`_read_leaves`: ``O_NOFOLLOW | O_NONBLOCK``, refused after ``fstat`` unless a
+        regular file) and the descriptor is closed.  A child the kernel finds absent inside the root
         (``ENOENT``, ``ENOTDIR``: an offline CPU has no ``topology/``) has every file absent,
         which is what :meth:`read_attrs` finds.  Without ``openat2``, for an odd name, another
         thread, a recorder, a subclass that overrides a seam method, or a path the kernel
@@ -1266,8 +1264,7 @@ class HostFS:
             return out
         root = self._root_descriptor()
         syscall, number, (_, how, how_size) = _SYSCALL, _NR_OPENAT2, _openat2_how(_DIR_FLAGS)
-        plain, open_, fstat, read, close = _PLAIN_NAMES, os.open, os.fstat, os.read, os.close
-        flags, limit = _READ_FLAGS | os.O_NOFOLLOW, MAX_ATTR_BYTES
+        plain, close = _PLAIN_NAMES, os.close
         for child in children:
             path = f"{base}/{child}/{within}"
             fd = -1
@@ -1294,30 +1291,7 @@ class HostFS:
             values: dict[str, str | None] = {}
             failures: dict[str, HostFileError] = {}
             try:
-                for name in files:
-                    try:
-                        file = open_(name, flags, dir_fd=fd)
-                    except OSError:  # a link (read inside the root), gone, refused: as read_attrs says
-                        self._read_leaves(fd, path, (name,), values, failures)
-                        continue
-                    try:
-                        status = fstat(file)
-                        if status.st_mode & 0o170000 == 0o100000 and status.st_size:  # S_IFREG
-                            data = read(file, limit)
-                            if len(data) >= limit:  # MAX_ATTR_BYTES or more: read as read_bytes does
-                                os.lseek(file, 0, os.SEEK_SET)
-                                data = _read_open(file, f"{path}/{name}", limit)
-                        else:  # refused unless a regular file; one of size 0 read to its end
-                            data = _read_open(file, f"{path}/{name}", limit)
-                        try:
-                            text = data.decode()
-                        except UnicodeDecodeError:
-                            text = "\x00"  # _attr_text below says what is wrong
-                        values[name] = (text if "\x00" not in text else _attr_text(f"{path}/{name}", data)).strip()
-                    except OSError as exc:  # a HostFileError too: a refusal, junk
-                        _note_failed_read(values, failures, name, f"{path}/{name}", exc)
-                    finally:
-                        close(file)
+                self._read_leaves(fd, path, files, values, failures)
             finally:
                 close(fd)
             out[child] = (values, failures)
