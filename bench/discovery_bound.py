@@ -11,9 +11,10 @@ of ``--runs``), all over the same host root:
 
 1. **floor**: the pci source's own operations replayed as bare syscalls (``bench/discovery.py``'s
    floor, unchanged).
-2. **inline**: one function doing the syscalls the pci source issues (read each bus link, open
-   the device directory relative to its open parent, list it, read the listed files, read the
-   links, each IOMMU group's ``type``) and building the same instances and labels, with nothing
+2. **inline**: one loop per source (with a small walker both share) doing the syscalls the
+   source issues (read each bus link, open the device directory relative to its open parent,
+   list it, read the listed files, read the links, each IOMMU group's ``type``, each USB
+   interface's class and driver) and building the same instances and labels, with nothing
    else: no bound on open descriptors, no check of a link's shape, no per-file type, NUL or
    page check, no error handling.  It must find exactly what the pci source finds (instances,
    origins, labels), or this bench says so and exits 1.
@@ -53,62 +54,92 @@ _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _MAX_OPEN = 128  # agent.hostfs._MAX_DIR_FDS
 
 
+class _InlineWalk:
+    """What both inline passes do with the tree, written once: directories opened below the root
+    (kept open; with ``checks`` at most 128, least recently used closed first), a bus device's
+    link followed to its real directory and that directory listed, a directory's files read."""
+
+    def __init__(self, root: str, checks: bool):
+        self.checks = checks
+        self.root_fd = os.open(root, _PATH)
+        self.dirs: dict[str, int] = {}
+
+    def directory(self, path: str) -> int:
+        fd = self.dirs.get(path)
+        if fd is None:
+            fd = self.keep(path, os.open(path[1:], _PATH, dir_fd=self.root_fd))
+        elif self.checks:
+            self.dirs[path] = self.dirs.pop(path)  # most recently used last
+        return fd
+
+    def keep(self, path: str, fd: int) -> int:
+        if self.checks and len(self.dirs) >= _MAX_OPEN:
+            os.close(self.dirs.pop(next(iter(self.dirs))))
+        self.dirs[path] = fd
+        return fd
+
+    def names(self, path: str) -> list[str]:
+        fd = os.open(".", _LIST, dir_fd=self.directory(path))
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    def device(self, bus: str, name: str) -> tuple[str, int, dict[str, bool]]:
+        """The bus entry's real directory, its descriptor, and its listing (name -> regular file)."""
+        target = os.readlink(name, dir_fd=self.directory(bus))
+        rest = target.lstrip("./")
+        ups = len(target) - len(rest)
+        if self.checks and (not rest or ups % 3 or target[:ups] != "../" * (ups // 3) or rest[0] == "."
+                            or "/." in rest or "//" in rest or rest[-1] == "/" or "\x00" in target):
+            raise ValueError(f"{name}: link shape the inline pass does not follow: {target}")
+        real = bus.rsplit("/", ups // 3)[0] + "/" + rest
+        parent, _, leaf = real.rpartition("/")
+        device = self.keep(real, os.open(leaf, _PATH | os.O_NOFOLLOW, dir_fd=self.directory(parent)))
+        fd = os.open(".", _LIST, dir_fd=device)
+        try:
+            with os.scandir(fd) as listing:
+                return real, device, {entry.name: entry.is_file(follow_symlinks=False) for entry in listing}
+        finally:
+            os.close(fd)
+
+    def read_files(self, dir_fd: int, names, regular: dict[str, bool]) -> dict[str, str]:
+        """Each file's stripped text; with ``checks``, ``fstat`` where ``regular`` does not say
+        "regular file", whole-page reads continued, NUL refused."""
+        open_, read, close, fstat, checks = os.open, os.read, os.close, os.fstat, self.checks
+        values: dict[str, str] = {}
+        for name in names:
+            fd = open_(name, _FILE, dir_fd=dir_fd)
+            try:
+                if checks and not regular.get(name):
+                    fstat(fd)
+                data = read(fd, MAX_ATTR_BYTES)
+                if checks and data and not len(data) & 4095:
+                    data += read(fd, MAX_ATTR_BYTES)
+            finally:
+                close(fd)
+            text = data.decode()
+            if checks and "\x00" in text:
+                raise ValueError(f"{name}: NUL")
+            values[name] = text.strip()
+        return values
+
+    def close(self) -> None:
+        for fd in self.dirs.values():
+            os.close(fd)
+        os.close(self.root_fd)
+
+
 def inline_pci(root: str, checks: bool) -> tuple[list[Instance], dict[str, str]]:
     """The pci source's syscalls and result, written out as one loop (see the module docstring)."""
-    open_, read, close, readlink, fstat = os.open, os.read, os.close, os.readlink, os.fstat
-    root_fd = open_(root, _PATH)
-    dirs: dict[str, int] = {}
-
-    def directory(path: str) -> int:
-        fd = dirs.get(path)
-        if fd is None:
-            fd = keep(path, open_(path[1:], _PATH, dir_fd=root_fd))
-        elif checks:
-            dirs[path] = dirs.pop(path)  # most recently used last
-        return fd
-
-    def keep(path: str, fd: int) -> int:
-        if checks and len(dirs) >= _MAX_OPEN:
-            close(dirs.pop(next(iter(dirs))))
-        dirs[path] = fd
-        return fd
-
+    walk = _InlineWalk(root, checks)
     functions: list[pci.PciFunction] = []
     try:
-        bus = directory(pci.DEVICES)
-        fd = open_(".", _LIST, dir_fd=bus)
-        addresses = sorted(os.listdir(fd))
-        close(fd)
-        for address in addresses:
-            target = readlink(address, dir_fd=directory(pci.DEVICES))
-            names = target.lstrip("./")
-            ups = len(target) - len(names)
-            if checks and (not names or ups % 3 or target[:ups] != "../" * (ups // 3) or names[0] == "."
-                           or "/." in names or "//" in names or names[-1] == "/" or "\x00" in target):
-                raise ValueError(f"{address}: link shape the inline pass does not follow: {target}")
-            real = pci.DEVICES.rsplit("/", ups // 3)[0] + "/" + names
-            parent, _, leaf = real.rpartition("/")
-            device = keep(real, open_(leaf, _PATH | os.O_NOFOLLOW, dir_fd=directory(parent)))
-            fd = open_(".", _LIST, dir_fd=device)
-            with os.scandir(fd) as listing:
-                regular = {entry.name: entry.is_file(follow_symlinks=False) for entry in listing}
-            close(fd)
-            values: dict[str, str] = {}
-            for name in (*pci._MANDATORY_NAMES, *filter(regular.__contains__, pci._OPTIONAL)):
-                fd = open_(name, _FILE, dir_fd=device)
-                try:
-                    if checks and not regular.get(name):
-                        fstat(fd)
-                    data = read(fd, MAX_ATTR_BYTES)
-                    if checks and data and not len(data) & 4095:
-                        data += read(fd, MAX_ATTR_BYTES)
-                finally:
-                    close(fd)
-                text = data.decode()
-                if checks and "\x00" in text:
-                    raise ValueError(f"{real}/{name}: NUL")
-                values[name] = text.strip()
-            links = {name: readlink(name, dir_fd=device).rpartition("/")[2]
+        for address in walk.names(pci.DEVICES):
+            real, device, regular = walk.device(pci.DEVICES, address)
+            values = walk.read_files(device, (*pci._MANDATORY_NAMES, *filter(regular.__contains__, pci._OPTIONAL)),
+                                     regular)
+            links = {name: os.readlink(name, dir_fd=device).rpartition("/")[2]
                      for name in filter(regular.__contains__, pci._LINKS)}
             get = values.get
             ids = "\n".join([get(name, "") for name in pci._MANDATORY_NAMES])
@@ -122,16 +153,11 @@ def inline_pci(root: str, checks: bool) -> tuple[list[Instance], dict[str, str]]
                 attrs["sriov_totalvfs"] = totalvfs
             group = links.get("iommu_group")
             if group is not None:
-                group_fd = open_(group, _PATH | os.O_NOFOLLOW, dir_fd=directory(pci.IOMMU_GROUPS))
+                group_fd = os.open(group, _PATH | os.O_NOFOLLOW, dir_fd=walk.directory(pci.IOMMU_GROUPS))
                 try:
-                    fd = open_("type", _FILE, dir_fd=group_fd)
-                    try:
-                        fstat(fd)
-                        group_type = read(fd, MAX_ATTR_BYTES).decode().strip()
-                    finally:
-                        close(fd)
+                    group_type = walk.read_files(group_fd, ("type",), {})["type"]
                 finally:
-                    close(group_fd)
+                    os.close(group_fd)
                 if group_type:
                     attrs["iommu_group/type"] = group_type
                 attrs["iommu_group"] = group
@@ -150,75 +176,23 @@ def inline_pci(root: str, checks: bool) -> tuple[list[Instance], dict[str, str]]
                 attrs["sriov_numvfs"] = pci._decimal(numvfs)
             functions.append(pci.PciFunction(Instance(attrs, real), totalvfs is not None))
     finally:
-        for fd in dirs.values():
-            close(fd)
-        close(root_fd)
+        walk.close()
     labels, _ = pci.device_labels(AttributeReader(HostFS(root), pci.NAME), functions, pci.Config())
     return [function.instance for function in functions], labels
 
 
 def inline_usb(root: str, checks: bool) -> tuple[list[Instance], dict[str, str]]:
     """The usb source's syscalls and result, written out as one loop (see the module docstring)."""
-    open_, read, close, readlink, fstat = os.open, os.read, os.close, os.readlink, os.fstat
-    root_fd = open_(root, _PATH)
-    dirs: dict[str, int] = {}
-
-    def directory(path: str) -> int:
-        fd = dirs.get(path)
-        if fd is None:
-            fd = keep(path, open_(path[1:], _PATH, dir_fd=root_fd))
-        elif checks:
-            dirs[path] = dirs.pop(path)
-        return fd
-
-    def keep(path: str, fd: int) -> int:
-        if checks and len(dirs) >= _MAX_OPEN:
-            close(dirs.pop(next(iter(dirs))))
-        dirs[path] = fd
-        return fd
-
-    def text(fd: int, listed_regular: bool) -> str:
-        if checks and not listed_regular:
-            fstat(fd)
-        data = read(fd, MAX_ATTR_BYTES)
-        if checks and data and not len(data) & 4095:
-            data += read(fd, MAX_ATTR_BYTES)
-        decoded = data.decode()
-        if checks and "\x00" in decoded:
-            raise ValueError("NUL")
-        return decoded.strip()
-
+    walk = _InlineWalk(root, checks)
     instances: list[Instance] = []
     try:
-        bus = directory(usb.DEVICES)
-        fd = open_(".", _LIST, dir_fd=bus)
-        names = sorted(os.listdir(fd))
-        close(fd)
-        for name in names:
+        for name in walk.names(usb.DEVICES):
             if ":" in name:
                 continue
-            target = readlink(name, dir_fd=directory(usb.DEVICES))
-            rest = target.lstrip("./")
-            ups = len(target) - len(rest)
-            if checks and (not rest or ups % 3 or target[:ups] != "../" * (ups // 3) or rest[0] == "."
-                           or "/." in rest or "//" in rest or rest[-1] == "/" or "\x00" in target):
-                raise ValueError(f"{name}: link shape the inline pass does not follow: {target}")
-            real = usb.DEVICES.rsplit("/", ups // 3)[0] + "/" + rest
-            parent, _, leaf = real.rpartition("/")
-            device = keep(real, open_(leaf, _PATH | os.O_NOFOLLOW, dir_fd=directory(parent)))
-            fd = open_(".", _LIST, dir_fd=device)
-            with os.scandir(fd) as listing:
-                regular = {entry.name: entry.is_file(follow_symlinks=False) for entry in listing}
-            close(fd)
+            real, device, regular = walk.device(usb.DEVICES, name)
             if "idProduct" not in regular:
                 continue
-            values: dict[str, str] = {}
-            for file in filter(regular.__contains__, usb._DEVICE_FILES):
-                fd = open_(file, _FILE, dir_fd=device)
-                try:
-                    values[file] = text(fd, regular[file])
-                finally:
-                    close(fd)
+            values = walk.read_files(device, filter(regular.__contains__, usb._DEVICE_FILES), regular)
             klass = values.get("bDeviceClass")
             attrs = {"class": klass.lower()} if klass else {}
             attrs["vendor"] = values["idVendor"].lower()
@@ -232,19 +206,15 @@ def inline_usb(root: str, checks: bool) -> tuple[list[Instance], dict[str, str]]
             prefixes = usb.interface_prefixes(name)
             interfaces = []
             for child in sorted([entry for entry in regular if ":" in entry and entry.startswith(prefixes)]):
-                child_fd = open_(child, _PATH | os.O_NOFOLLOW, dir_fd=device)
+                child_fd = os.open(child, _PATH | os.O_NOFOLLOW, dir_fd=device)
                 try:
-                    fd = open_("bInterfaceClass", _FILE, dir_fd=child_fd)
+                    iface_class = walk.read_files(child_fd, ("bInterfaceClass",), {})["bInterfaceClass"].lower()
                     try:
-                        iface_class = text(fd, False).lower()
-                    finally:
-                        close(fd)
-                    try:
-                        driver = readlink("driver", dir_fd=child_fd).rpartition("/")[2]
+                        driver = os.readlink("driver", dir_fd=child_fd).rpartition("/")[2]
                     except FileNotFoundError:
                         driver = None
                 finally:
-                    close(child_fd)
+                    os.close(child_fd)
                 interfaces.append((child, iface_class, driver))
             if attrs.get("class") != "00":
                 for _, _, driver in interfaces:
@@ -259,9 +229,7 @@ def inline_usb(root: str, checks: bool) -> tuple[list[Instance], dict[str, str]]
                     iface_attrs["driver"] = driver
                 instances.append(Instance(iface_attrs, f"{real}/{child}"))
     finally:
-        for fd in dirs.values():
-            close(fd)
-        close(root_fd)
+        walk.close()
     labels, _ = usb.device_labels(AttributeReader(HostFS(root), usb.NAME), instances, usb.Config())
     return instances, labels
 
