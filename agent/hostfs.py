@@ -967,7 +967,8 @@ class HostFS:
         if not (self._walks_directories and norm != "/" and "\x00" not in norm):
             return self._read_directory_by_parts(host_path, files, optional, links, through_link)
         parent, _, name = norm.rpartition("/")
-        for _, found in self._read_directories(parent, (name,), files, optional, links, through_link, host_path):
+        for _, found in self._read_directories(parent, (name,), tuple(files), tuple(optional), tuple(links),
+                                               through_link, host_path):
             if isinstance(found, HostFileError):
                 raise found
             return found
@@ -1012,7 +1013,7 @@ class HostFS:
         thread, a recorder or a subclass, an odd name, a path the walk cannot open) the answer is
         :meth:`resolve`, :meth:`listdir`, :meth:`read_attrs` and :meth:`link_names` in turn."""
         fast = self._walks_directories and "\x00" not in base_dir and self._owns_descriptors()
-        open_, read, close, scandir = os.open, os.read, os.close, os.scandir
+        open_, read, close, scandir, readlink = os.open, os.read, os.close, os.scandir, os.readlink
         flags, limit, plain = _READ_FLAGS | os.O_NOFOLLOW, MAX_ATTR_BYTES, _PLAIN_NAMES
         for name in names:
             path = f"{base_dir}/{name}"
@@ -1029,8 +1030,9 @@ class HostFS:
                 try:
                     fd = open_(".", _LIST_FLAGS, dir_fd=dirfd)
                     try:
-                        with scandir(fd) as listing:
-                            regular = {entry.name: entry.is_file(follow_symlinks=False) for entry in listing}
+                        # no ``with``: the iterator closes itself at its end or error, and is_file
+                        # (d_type, or an lstat whose error reads False) does not raise
+                        regular = {entry.name: entry.is_file(follow_symlinks=False) for entry in scandir(fd)}
                     finally:
                         close(fd)
                 except OSError:
@@ -1082,8 +1084,14 @@ class HostFS:
                         _note_failed_read(values, failures, file, f"{base}/{file}", exc)
                     finally:
                         close(fd)
-                if links:
-                    self._read_link_names(dirfd, base, filter(listed.__contains__, links), found)
+                for link in links:  # those the listing shows: plain names (no "/", ".", "..", NUL)
+                    if link in regular:
+                        try:
+                            target = readlink(link, dir_fd=dirfd)
+                        except OSError:
+                            found[link] = None
+                            continue
+                        found[link] = target.rstrip("/").rpartition("/")[2] if target else None
             yield name, _new_tuple(DirectoryRead, (real, listed, None, values, failures, found))
 
     def _device_link(self, norm: str) -> str | None:

@@ -343,7 +343,7 @@ def test_read_directory_answers_as_its_parts(tmp_path, HostFS):
     os.symlink("../../../../etc/secret", root / "sys/bus/pci/devices/file")
     files = ["vendor", "junk", "subdir", "fifo", "absent", "..", ""]
     optional = ["absolute", "escape", "dotdot", "loop", "not-there"]
-    links = ["driver", "vendor", "absolute", "missing"]
+    links = ["driver", "vendor", "absolute", "missing", "", ".", "..", "../driver", "driver/"]
     for entry in ["0000:00:02.0", "absolute", "dangling", "outside", "file", "nothing"]:
         path = f"/sys/bus/pci/devices/{entry}"
         found = HostFS(root).read_directory(path, files, optional=optional, links=links)
