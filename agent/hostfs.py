@@ -1201,12 +1201,18 @@ class HostFS:
         is opened relative to it with ``O_DIRECTORY | O_NOFOLLOW`` (contained: the parent is, and
         the child is no link), read and closed.  A child that cannot be opened that way (a link, a
         file, gone, an odd name), another thread, a recorder or a subclass that overrides a seam
-        method gets :meth:`read_attrs` and :meth:`link_names` called, so every guarantee holds."""
-        norm = self._normalise(directory)
-        base = "" if norm == "/" else norm
+        method gets :meth:`read_attrs` and :meth:`link_names` called, so every guarantee holds.
+        A ``directory`` the seam holds open under that very name (the device the caller just read,
+        named by its real path) is taken from the cache as :meth:`_dirfd` would first do, without
+        its normalising and ownership calls: ~1 us a device, 0.1 ms of usb's pass on a big host."""
         files, links = tuple(files), tuple(links)
-        dirfd = None
-        if self._plain_seam and self._recorder is None and "\x00" not in norm and self._owns_descriptors():
+        # (a cache key is a normalised path that was opened: no NUL in it)
+        dirfd = self._dirfds.get(directory) if self._owner == _get_ident() and self._plain_seam else None
+        norm = directory if dirfd is not None else self._normalise(directory)
+        base = "" if norm == "/" else norm
+        if self._recorder is not None:
+            dirfd = None
+        elif dirfd is None and self._plain_seam and "\x00" not in norm and self._owns_descriptors():
             try:
                 dirfd = self._dirfd(norm)
             except (OSError, HostFileError):

@@ -608,11 +608,8 @@ def test_a_link_target_ending_in_slash_or_dot_requires_a_directory(tmp_path, Hos
         assert host.listdir("/" + name) == ["f"]
 
 
-def test_read_children_answers_as_read_attrs_and_link_names_child_by_child(tmp_path, HostFS):
-    """Several subdirectories read through one lookup of their parent (a USB device's interfaces):
-    each child's files and links exactly as ``read_attrs`` and ``link_names`` of its path answer —
-    a child that is a link is followed inside the root only, a FIFO refused, junk an error, a
-    file or a missing child gives absent values, odd names never reach ``openat``."""
+def _interface_tree(tmp_path):
+    """A USB device with hostile interfaces: ``(root, children, files, links)`` for read_children."""
     outside = tmp_path / "outside"
     (outside / "escaped").mkdir(parents=True)
     (outside / "escaped" / "bInterfaceClass").write_text("ff\n")
@@ -629,22 +626,40 @@ def test_read_children_answers_as_read_attrs_and_link_names_child_by_child(tmp_p
     os.symlink("1-2:1.0", device / "1-2:1.4")  # a link to a sibling: followed inside the root
     os.symlink("../../../../../outside/escaped", device / "1-2:1.5")  # ".." stops at the root
     (device / "1-2:1.6").write_text("a file\n")
+    bus = root / "sys/bus/usb/devices"
+    bus.mkdir(parents=True)
+    os.symlink("../../../devices/usb1/1-2", bus / "1-2")
     children = ["1-2:1.0", "1-2:1.1", "1-2:1.2", "1-2:1.3", "1-2:1.4", "1-2:1.5", "1-2:1.6", "1-2:9.9", "..", "",
                 "a\x00b", "x/y"]
-    files, links = ("bInterfaceClass", "fifo", "absent"), ("driver", "bInterfaceClass", "..")
+    return root, children, ("bInterfaceClass", "fifo", "absent"), ("driver", "bInterfaceClass", "..")
+
+
+def _children_one_by_one(root, directory, children, files, links, host=None):
+    """What ``read_children`` must answer: ``read_attrs`` and ``link_names`` of each child's path
+    (on a fresh seam unless one is given), failures compared by path, reason and kind."""
+    one_by_one = host or SeamHostFS(root)
+    expected = {}
+    for child in children:
+        path = f"{directory}/{child}"
+        values, failures = one_by_one.read_attrs(path, files)
+        expected[child] = _comparable_child(values, failures, one_by_one.link_names(path, links))
+    return expected
+
+
+def _comparable_child(values, failures, names):
+    return values, {n: (e.host_path, e.reason, e.missing) for n, e in failures.items()}, names
+
+
+def test_read_children_answers_as_read_attrs_and_link_names_child_by_child(tmp_path, HostFS):
+    """Several subdirectories read through one lookup of their parent (a USB device's interfaces):
+    each child's files and links exactly as ``read_attrs`` and ``link_names`` of its path answer —
+    a child that is a link is followed inside the root only, a FIFO refused, junk an error, a
+    file or a missing child gives absent values, odd names never reach ``openat``."""
+    root, children, files, links = _interface_tree(tmp_path)
     for directory in ("/sys/devices/usb1/1-2", "/sys/devices/usb1/../usb1/1-2/"):
         found = HostFS(root).read_children(directory, children, files, links)
-        one_by_one = HostFS(root)
-
-        def comparable(values, failures, names):
-            return values, {n: (e.host_path, e.reason, e.missing) for n, e in failures.items()}, names
-
-        expected = {}
-        for child in children:
-            path = f"/sys/devices/usb1/1-2/{child}"
-            values, failures = one_by_one.read_attrs(path, files)
-            expected[child] = comparable(values, failures, one_by_one.link_names(path, links))
-        assert {child: comparable(*answer) for child, answer in found.items()} == expected
+        expected = _children_one_by_one(root, "/sys/devices/usb1/1-2", children, files, links, HostFS(root))
+        assert {child: _comparable_child(*answer) for child, answer in found.items()} == expected
         assert found["1-2:1.0"][0]["bInterfaceClass"] == "03" and found["1-2:1.0"][2]["driver"] == "usbhid"
         assert found["1-2:1.4"][0]["bInterfaceClass"] == "03"
         assert "binary" in found["1-2:1.1"][1]["bInterfaceClass"].reason
@@ -652,6 +667,68 @@ def test_read_children_answers_as_read_attrs_and_link_names_child_by_child(tmp_p
         for child in ("1-2:1.3", "1-2:1.5", "1-2:1.6", "1-2:9.9"):
             assert found[child][0]["bInterfaceClass"] is None, child
     assert HostFS(root).read_children("/sys/no/such", ["1-2:1.0"], files, links)["1-2:1.0"][0] == dict.fromkeys(files)
+
+
+@pytest.mark.parametrize("opened_as", ["real path", "bus link", "read_directory through the link"])
+def test_read_children_of_a_directory_the_seam_holds_open_answers_as_its_parts(tmp_path, HostFS, opened_as,
+                                                                               monkeypatch):
+    """A directory the seam already holds open under the name asked (the device a source just
+    read) is taken from its cache without another lookup; the answers are still exactly those of
+    ``read_attrs`` and ``link_names`` per child, hostile children included, also once a child
+    vanished after the directory was opened, and a second thread still gets its own lookups."""
+    root, children, files, links = _interface_tree(tmp_path)
+    real, link = "/sys/devices/usb1/1-2", "/sys/bus/usb/devices/1-2"
+    host = HostFS(root)
+    if opened_as == "real path":
+        host.read_attrs(real, ["absent"])
+        directory = real
+    elif opened_as == "bus link":
+        host.read_attrs(link, ["absent"])
+        directory = link
+    else:
+        assert host.read_directory(link, through_link=True).path == real
+        directory = real
+    lookups = []
+    dirfd = hostfs_module.HostFS._dirfd
+    monkeypatch.setattr(hostfs_module.HostFS, "_dirfd", lambda self, path: lookups.append(path) or dirfd(self, path))
+    # real directories, plain file and link names: nothing to look up but the directory itself
+    plain, plain_links = ["1-2:1.0", "1-2:1.1", "1-2:1.2"], ("driver", "bInterfaceClass")
+    answer = host.read_children(directory, plain, files, plain_links)
+    if opened_as == "real path":  # (what a link leaves cached depends on the resolver)
+        assert lookups == []  # the cached descriptor served, as the docstring says
+    assert {child: _comparable_child(*found) for child, found in answer.items()} == _children_one_by_one(
+        root, directory, plain, files, plain_links)
+    found = host.read_children(directory, children, files, links)
+    assert {child: _comparable_child(*answer) for child, answer in found.items()} == _children_one_by_one(
+        root, directory, children, files, links)
+    assert found["1-2:1.0"][0]["bInterfaceClass"] == "03" and found["1-2:1.0"][2]["driver"] == "usbhid"
+
+    (root / "sys/devices/usb1/1-2/1-2:1.0/bInterfaceClass").unlink()  # an interface going away
+    (root / "sys/devices/usb1/1-2/1-2:1.0/driver").unlink()
+    (root / "sys/devices/usb1/1-2/1-2:1.0").rmdir()
+    again = host.read_children(directory, children, files, links)
+    assert {child: _comparable_child(*answer) for child, answer in again.items()} == _children_one_by_one(
+        root, directory, children, files, links)
+    assert again["1-2:1.0"][:2] == (dict.fromkeys(files), {}) and again["1-2:1.0"][2]["driver"] is None
+
+    from_thread = {}
+    worker = threading.Thread(target=lambda: from_thread.update(host.read_children(directory, children, files, links)))
+    worker.start()
+    worker.join()
+    assert {child: _comparable_child(*answer) for child, answer in from_thread.items()} == _children_one_by_one(
+        root, directory, children, files, links)
+
+
+def test_read_children_of_an_open_directory_goes_through_a_recorder(tmp_path):
+    """A recorder sees every child's files and links even where the directory is already open."""
+    root, _, _, _ = _interface_tree(tmp_path)
+    seen: list[str] = []
+    host = SeamHostFS(root, recorder=seen.append)
+    host.read_attrs("/sys/devices/usb1/1-2", ["absent"])
+    found = host.read_children("/sys/devices/usb1/1-2", ["1-2:1.0"], ["bInterfaceClass"], ["driver"])
+    assert found == {"1-2:1.0": ({"bInterfaceClass": "03"}, {}, {"driver": "usbhid"})}
+    assert "/sys/devices/usb1/1-2/1-2:1.0/bInterfaceClass" in seen
+    assert "/sys/devices/usb1/1-2/1-2:1.0/driver" in seen
 
 
 def test_read_children_goes_through_a_subclass_s_methods(tree):

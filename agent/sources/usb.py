@@ -163,7 +163,7 @@ def _instances(reader: AttributeReader, entry: str, present: Collection[str], de
     for iface_name, iface_class, driver in interfaces:
         if iface_class is None:
             continue
-        iface_attrs = dict(attrs, **{"class": iface_class, "interface": iface_name})
+        iface_attrs = {**attrs, "class": iface_class, "interface": iface_name}  # "class" keeps its place
         if driver:
             iface_attrs["driver"] = driver
         expanded.append(Instance(iface_attrs, f"{device_dir}/{iface_name}"))
