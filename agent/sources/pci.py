@@ -58,6 +58,11 @@ _MANDATORY_WIDTHS = tuple((name, digits, digits + 2) for name, digits in _MANDAT
 #: C-level match instead of five rounds of Python checks (an absent file joins as ``None`` and
 #: cannot match; five values make exactly five lines only when none holds a newline of its own)
 _KERNEL_IDS = re.compile("\n".join(f"0x[0-9a-fA-F]{{{digits}}}" for _, digits in _MANDATORY))
+#: the five ID files as read (joined by newlines) -> the attributes they give, for IDs in the
+#: kernel's form: a big host's hundreds of functions share a few dozen (every VF of a NIC, eight
+#: GPUs), so most functions copy an answer instead of matching and slicing again.  Bounded.
+_KERNEL_ID_ATTRS: dict[str, dict[str, str]] = {}
+_KERNEL_ID_ATTRS_MAX = 1024
 #: optional files read with the mandatory ones when the device directory lists them
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 #: links of a device directory the source reads the target names of
@@ -153,10 +158,15 @@ def read_function(reader: AttributeReader, address: str, found: DirectoryRead | 
 
     get = values.get
     ids = f"{get('class')}\n{get('vendor')}\n{get('device')}\n{get('subsystem_vendor')}\n{get('subsystem_device')}"
-    if _KERNEL_IDS.fullmatch(ids):
-        ids = ids.lower()  # "0xCCCCcc\n0xVVVV\n0xDDDD\n0xSSSS\n0xTTTT": the class is its first 4 digits
-        attrs = {"class": ids[2:6], "vendor": ids[11:15], "device": ids[18:22],
-                 "subsystem_vendor": ids[25:29], "subsystem_device": ids[32:36]}
+    known = _KERNEL_ID_ATTRS.get(ids)
+    if known is not None:
+        attrs = known.copy()
+    elif _KERNEL_IDS.fullmatch(ids):
+        lower = ids.lower()  # "0xCCCCcc\n0xVVVV\n0xDDDD\n0xSSSS\n0xTTTT": the class is its first 4 digits
+        attrs = {"class": lower[2:6], "vendor": lower[11:15], "device": lower[18:22],
+                 "subsystem_vendor": lower[25:29], "subsystem_device": lower[32:36]}
+        if len(_KERNEL_ID_ATTRS) < _KERNEL_ID_ATTRS_MAX:
+            _KERNEL_ID_ATTRS[ids] = attrs.copy()
     else:
         checked = _checked_ids(reader, address, device_dir, values, failures)
         if checked is None:

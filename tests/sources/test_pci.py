@@ -289,6 +289,43 @@ def test_ids_in_other_hex_forms_read_as_the_kernels(tmp_path):
     assert odd.labels == kernel.labels == {P + "0302_10de.present": "true"}
 
 
+def test_functions_sharing_ids_each_have_their_own_attributes(tmp_path):
+    """Functions with the same five IDs (a NIC's VFs) answer from one remembered reading of them:
+    each still gets its own address, driver, NUMA node, group and revision, in the kernel's
+    attribute order, whether the IDs were seen before in this pass, in an earlier pass, or in
+    another case (``0x10DE`` remembered apart from ``0x10de``, both read as ``10de``)."""
+    for n in range(4):
+        pci_function(tmp_path, f"0000:0c:00.{n + 1}", **CX6_VF, bridge="pci0000:00/0000:00:01.1",
+                     driver="mlx5_core" if n % 2 else None, numa=str(n), group=str(50 + n),
+                     physfn="0000:0c:00.0", revision=f"0x0{n}")
+    pci_function(tmp_path, "0000:0d:00.0", **dict(CX6_VF, vendor="0x15B3"), bridge="pci0000:00/0000:00:01.1",
+                 numa="7", group="60")
+    first, second = run(tmp_path), run(tmp_path)
+    assert first == second and first.errors == ()
+    found = by_address(first)
+    for n in range(4):
+        assert found[f"0000:0c:00.{n + 1}"] == {
+            "class": "0207", "vendor": "15b3", "device": "101c", "subsystem_vendor": "15b3",
+            "subsystem_device": "0007", "iommu_group/type": "DMA-FQ", "iommu_group": str(50 + n),
+            "address": f"0000:0c:00.{n + 1}", **({"driver": "mlx5_core"} if n % 2 else {}),
+            "physfn": "0000:0c:00.0", "numa_node": str(n), "revision": f"0{n}"}
+    assert found["0000:0d:00.0"]["vendor"] == "15b3" and found["0000:0d:00.0"]["numa_node"] == "7"
+    assert list(first.features["device"].instances[0].attributes)[:5] == [
+        "class", "vendor", "device", "subsystem_vendor", "subsystem_device"]
+
+
+def test_remembered_ids_are_bounded(tmp_path, monkeypatch):
+    """The memory of IDs read stays within its bound on a host (or a hostile tree) of many
+    distinct IDs, and functions past the bound read as they always did."""
+    monkeypatch.setattr(pci, "_KERNEL_ID_ATTRS", {})
+    monkeypatch.setattr(pci, "_KERNEL_ID_ATTRS_MAX", 3)
+    for n in range(6):
+        pci_function(tmp_path, f"0000:01:00.{n}", **dict(A100, device=f"0x20b{n}"))
+    found = by_address(run(tmp_path))
+    assert [found[f"0000:01:00.{n}"]["device"] for n in range(6)] == [f"20b{n}" for n in range(6)]
+    assert len(pci._KERNEL_ID_ATTRS) == 3
+
+
 def test_unreadable_iommu_group_type_keeps_the_group(tmp_path):
     pci_function(tmp_path, "0000:07:00.0", **A100, group="42", numa="03")
     (tmp_path / "sys/kernel/iommu_groups/42/type").unlink()
