@@ -109,13 +109,14 @@ def _load_source(name: str):
     return importlib.import_module(f"agent.sources.{name}")
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
 def _label_problems(key: str, value: str) -> tuple[str, ...]:
     """Why Kubernetes would reject ``key=value`` (empty: it would not).
 
-    Why memoised: a pass checks the same few hundred labels as the last pass (79 on a big
-    host, 0.1 ms of regular expressions each time); the answer depends on the two strings only.
-    Bounded, so a host whose labels change every pass cannot grow it."""
+    Why memoised: a pass checks the same labels as the last pass (79 on a big host, 0.1 ms of
+    regular expressions each time); the answer depends on the two strings only.  Bounded (13
+    times a big host's labels, at most ~0.5 MiB), so a host whose labels change every pass
+    cannot grow it."""
     return (*qualified_name_errors(key), *label_value_errors(value))
 
 

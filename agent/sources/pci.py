@@ -60,9 +60,10 @@ _MANDATORY_WIDTHS = tuple((name, digits, digits + 2) for name, digits in _MANDAT
 _KERNEL_IDS = re.compile("\n".join(f"0x[0-9a-fA-F]{{{digits}}}" for _, digits in _MANDATORY))
 #: the five ID files as read (joined by newlines) -> the attributes they give, for IDs in the
 #: kernel's form: a big host's hundreds of functions share a few dozen (every VF of a NIC, eight
-#: GPUs), so most functions copy an answer instead of matching and slicing again.  Bounded.
+#: GPUs), so most functions copy an answer instead of matching and slicing again.  Bounded (a
+#: hostile tree of distinct IDs holds at most 256, ~0.1 MiB).
 _KERNEL_ID_ATTRS: dict[str, dict[str, str]] = {}
-_KERNEL_ID_ATTRS_MAX = 1024
+_KERNEL_ID_ATTRS_MAX = 256
 #: optional files read with the mandatory ones when the device directory lists them
 _OPTIONAL = ("sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 #: links of a device directory the source reads the target names of
