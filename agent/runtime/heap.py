@@ -1,8 +1,8 @@
 """The agent process's heap: one glibc malloc arena (``mallopt(M_ARENA_MAX, 1)``), and the
 start-up heap frozen out of the cyclic collector's reach (``gc.freeze``).
 
-One arena: glibc gives each thread that allocates its own arena (up to 8 per core), and freed memory
-in one arena is not reused by another: the agent's threads (worker, Node watch, hotplug
+One arena: glibc gives each thread that allocates its own arena (up to 8 per core), and freed
+memory in one arena is not reused by another: the agent's threads (worker, Node watch, hotplug
 monitor, rules watcher, HTTP server) each kept pages of their own, about 0.5 MiB of RSS on
 ``dgx-usb-lab`` (bench/memory.py). Extra arenas buy nothing here: CPython allocates under the
 GIL, so threads never contend for malloc's lock in a way an arena per thread would relieve.
