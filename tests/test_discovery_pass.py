@@ -4,108 +4,109 @@ dropped (through a memo of the check) exactly as Kubernetes' own validation vect
 
 The vectors are Kubernetes' (kubernetes/apimachinery ``validation_test.go``, as
 ``tests/test_k8s_validation_vectors.py`` copies them); the collector's behaviour is CPython's,
-observed through ``gc.callbacks``.
+observed through ``gc.callbacks`` in a fresh interpreter per test.
 """
 
 from __future__ import annotations
 
-import gc
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent import discovery
-from agent.discovery import DiscoveryConfig, discover
+from agent.discovery import DiscoveryConfig
 from agent.features import SourceResult
-from agent.hostfs import HostFS
 from tests.test_k8s_validation_vectors import (
     LABEL_VALUE_BAD, LABEL_VALUE_GOOD, NEWLINE_KEYS, NEWLINE_VALUES, QUALIFIED_BAD, QUALIFIED_GOOD,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs"
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures" / "sysfs"
 CONFIG = DiscoveryConfig(node_name="pass-node")
 
 
-class _Collections:
-    """Every collection the collector runs while installed: (generation, automatic?)."""
+# Each collector test runs in a fresh interpreter: the collector is process-wide, and a thread
+# another test left running (an agent's worker doing its own pass) would share it.
+PROGRAM = r"""
+import gc, json, sys, weakref
+from pathlib import Path
+from agent import discovery
+from agent.discovery import DiscoveryConfig, discover
+from agent.hostfs import HostFS
 
-    def __init__(self):
-        self.seen: list[int] = []
-
-    def __call__(self, phase, info):
-        if phase == "start":
-            self.seen.append(info["generation"])
-
-    def __enter__(self):
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        gc.callbacks.remove(self)
-
-
-@pytest.fixture
-def collector_enabled():
-    was = gc.isenabled()
-    gc.enable()
-    yield
-    if not was:
-        gc.disable()
-
-
-def test_a_pass_runs_no_automatic_collection_and_one_young_collection_at_its_end(collector_enabled):
-    # the big fixture allocates far past the collector's threshold of 700 in a pass: without the
-    # hold, several generation-0 collections run inside it (checked here first, so the test
-    # cannot pass on a fixture too small to trigger any)
-    root = FIXTURES / "dgx-usb-lab"
+root = Path(sys.argv[2])
+config = DiscoveryConfig(node_name="pass-node")
+seen = []
+gc.callbacks.append(lambda phase, info: phase == "start" and seen.append(info["generation"]))
+out = {}
+if sys.argv[1] == "held":
     module = discovery._load_source("pci")
-    with _Collections() as free_running:
-        module.discover(HostFS(root), CONFIG.section("pci", module))  # the source alone: no hold
-    assert free_running.seen.count(0) >= 2, free_running.seen
-    with _Collections() as held:
-        result = discover(HostFS(root), CONFIG)
-    assert held.seen == [1], held.seen  # generations 0 and 1, once, after the last source
-    assert gc.isenabled()
-    assert len(result.features["pci.device"].instances) == 400 and not result.errors
-
-
-def test_a_pass_leaves_a_disabled_collector_alone(collector_enabled):
+    module.discover(HostFS(root), config.section("pci", module))  # the source alone: no hold
+    out["free_running"], seen[:] = list(seen), []
+    result = discover(HostFS(root), config)
+    out["held"] = list(seen)
+    out["instances"], out["errors"] = len(result.features["pci.device"].instances), len(result.errors)
+elif sys.argv[1] == "disabled":
     gc.disable()
-    try:
-        with _Collections() as seen:
-            discover(HostFS(FIXTURES / "dgx-usb-lab"), CONFIG, ["usb"])
-        assert seen.seen == [] and not gc.isenabled()
-    finally:
-        gc.enable()
-
-
-def test_the_collector_is_back_on_when_a_pass_is_interrupted(collector_enabled):
-    # sources contain every Exception; an interrupt (BaseException) is not theirs to keep
-    class Interrupted(HostFS):
+    discover(HostFS(root), config, ["usb"])
+    out["held"] = list(seen)
+elif sys.argv[1] == "interrupted":
+    class Interrupted(HostFS):  # sources contain every Exception; an interrupt is not theirs to keep
         def is_dir(self, host_path):
             raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        discover(Interrupted(FIXTURES / "dgx-usb-lab"), CONFIG, ["pci"])
-    assert gc.isenabled()
-
-
-def test_cycles_made_in_a_pass_are_collected_at_its_end(collector_enabled):
-    # an error kept with its traceback is a reference cycle; the collection at the pass's end frees it
+    try:
+        discover(Interrupted(root), config, ["pci"])
+    except KeyboardInterrupt:
+        out["interrupted"] = True
+elif sys.argv[1] == "cycles":
+    made = []
     class Cyclic:
         pass
-
-    made = []
-
-    class Cycles(HostFS):
+    class Cycles(HostFS):  # a reference cycle made during the pass, as an error kept with its traceback is
         def is_dir(self, host_path):
             node = Cyclic()
             node.self = node
-            made.append(__import__("weakref").ref(node))
+            made.append(weakref.ref(node))
             return super().is_dir(host_path)
+    discover(Cycles(root), config, ["pci"])
+    out["made"], out["freed"] = len(made), sum(ref() is None for ref in made)
+out["enabled"] = gc.isenabled()
+print(json.dumps(out))
+"""
 
-    discover(Cycles(FIXTURES / "dgx-usb-lab"), CONFIG, ["pci"])
-    assert made and all(ref() is None for ref in made)
+
+def _pass_in_fresh_interpreter(mode: str) -> dict:
+    found = subprocess.run([sys.executable, "-c", PROGRAM, mode, str(FIXTURES / "dgx-usb-lab")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr
+    return json.loads(found.stdout)
+
+
+def test_a_pass_runs_no_automatic_collection_and_one_young_collection_at_its_end():
+    found = _pass_in_fresh_interpreter("held")
+    # the big fixture allocates far past the collector's threshold of 700: without the hold the
+    # pci source alone starts several generation-0 collections (checked first, so the test
+    # cannot pass on a fixture too small to trigger any)
+    assert found["free_running"].count(0) >= 2, found
+    assert found["held"] == [1], found  # generations 0 and 1, once, after the last source
+    assert found["enabled"] is True
+    assert found["instances"] == 400 and found["errors"] == 0
+
+
+def test_a_pass_leaves_a_disabled_collector_alone():
+    assert _pass_in_fresh_interpreter("disabled") == {"held": [], "enabled": False}
+
+
+def test_the_collector_is_back_on_when_a_pass_is_interrupted():
+    assert _pass_in_fresh_interpreter("interrupted") == {"interrupted": True, "enabled": True}
+
+
+def test_cycles_made_in_a_pass_are_collected_at_its_end():
+    found = _pass_in_fresh_interpreter("cycles")
+    assert found["made"] >= 1 and found["freed"] == found["made"] and found["enabled"] is True
 
 
 def _labels_result(labels: dict[str, str]) -> SourceResult:
