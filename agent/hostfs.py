@@ -1013,7 +1013,7 @@ class HostFS:
         thread, a recorder or a subclass, an odd name, a path the walk cannot open) the answer is
         :meth:`resolve`, :meth:`listdir`, :meth:`read_attrs` and :meth:`link_names` in turn."""
         fast = self._walks_directories and "\x00" not in base_dir and self._owns_descriptors()
-        open_, read, close, scandir, readlink = os.open, os.read, os.close, os.scandir, os.readlink
+        open_, read, close, scandir = os.open, os.read, os.close, os.scandir
         flags, limit, plain = _READ_FLAGS | os.O_NOFOLLOW, MAX_ATTR_BYTES, _PLAIN_NAMES
         for name in names:
             path = f"{base_dir}/{name}"
@@ -1084,14 +1084,8 @@ class HostFS:
                         _note_failed_read(values, failures, file, f"{base}/{file}", exc)
                     finally:
                         close(fd)
-                for link in links:  # those the listing shows: plain names (no "/", ".", "..", NUL)
-                    if link in regular:
-                        try:
-                            target = readlink(link, dir_fd=dirfd)
-                        except OSError:
-                            found[link] = None
-                            continue
-                        found[link] = target.rstrip("/").rpartition("/")[2] if target else None
+                if links:
+                    self._read_link_names(dirfd, base, filter(listed.__contains__, links), found)
             yield name, _new_tuple(DirectoryRead, (real, listed, None, values, failures, found))
 
     def _device_link(self, norm: str) -> str | None:
@@ -1175,8 +1169,8 @@ class HostFS:
                          found: dict[str, str | None]) -> None:
         """Into ``found``: each name's link target basename, read with ``readlinkat`` relative to
         the open directory ``dirfd`` (``None`` when the entry is no link or absent); an odd name,
-        or no descriptor, through :meth:`link_name`.  Shared by :meth:`read_directory` and
-        :meth:`link_names`."""
+        or no descriptor, through :meth:`link_name`.  The one readlink loop of
+        :meth:`read_directories`, :meth:`read_children` and :meth:`link_names`."""
         readlink = os.readlink
         for name in names:
             if dirfd is None or (name not in _PLAIN_NAMES and not _plain_name(name)):
@@ -1233,16 +1227,7 @@ class HostFS:
             values, failures, found = {}, {}, {}
             try:
                 self._read_leaves(fd, path, files, values, failures)
-                for name in links:
-                    if name not in _PLAIN_NAMES and not _plain_name(name):
-                        found[name] = self.link_name(f"{path}/{name}")
-                        continue
-                    try:
-                        target = os.readlink(name, dir_fd=fd)
-                    except OSError:
-                        found[name] = None
-                        continue
-                    found[name] = target.rstrip("/").rpartition("/")[2] if target else None
+                self._read_link_names(fd, path, links, found)
             finally:
                 os.close(fd)
             out[child] = (values, failures, found)
