@@ -108,12 +108,6 @@ def read_attributes(reader: AttributeReader, entry: str, name: str, files,
             values[f"{subdirectory}/{leaf}"] = value
         for leaf, failure in sub_failures.items():
             failures[f"{subdirectory}/{leaf}"] = failure
-    if not failures:  # every file read or absent: its value, where there is one
-        for attr, file in files:
-            value = values.get(file)
-            if value is not None:
-                attrs[attr] = value
-        return attrs
     for attr, file in files:
         failure = failures.get(file)
         if failure is not None:
