@@ -29,15 +29,10 @@ class Config:
     cpuid_attribute_blacklist: tuple[str, ...] = nfd_option("cpuid.attributeBlacklist", DEFAULT_CPUID_BLACKLIST)
     cpuid_attribute_whitelist: tuple[str, ...] = nfd_option("cpuid.attributeWhitelist", ())
 
-    def labelled_cpuid_flag(self, flag: str) -> bool:
-        """NFD's ``keyFilter.unmask``: whitelist if any, else not blacklisted."""
-        if self.cpuid_attribute_whitelist:
-            return flag in self.cpuid_attribute_whitelist
-        return flag not in self.cpuid_attribute_blacklist
-
     def labelled_cpuid_flags(self, flags: Iterable[str]) -> list[str]:
-        """The ``flags`` :meth:`labelled_cpuid_flag` keeps, in their order; the list checked as
-        one set (a pass labels some 60 of 130 flags against the 26 names of the blacklist)."""
+        """The ``flags`` NFD's ``keyFilter.unmask`` keeps (the whitelist if any, else all but the
+        blacklisted; exact names), in their order; the list checked as one set (a pass labels
+        some 60 of 130 flags against the 26 names of the blacklist)."""
         if self.cpuid_attribute_whitelist:
             kept = frozenset(self.cpuid_attribute_whitelist)
             return [flag for flag in flags if flag in kept]
