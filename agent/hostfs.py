@@ -1200,13 +1200,12 @@ class HostFS:
         named by its real path) is taken from the cache as :meth:`_dirfd` would first do, without
         its normalising and ownership calls: ~1 us a device, 0.1 ms of usb's pass on a big host."""
         files, links = tuple(files), tuple(links)
+        fast = self._plain_seam and self._recorder is None
         # (a cache key is a normalised path that was opened: no NUL in it)
-        dirfd = self._dirfds.get(directory) if self._owner == _get_ident() and self._plain_seam else None
+        dirfd = self._dirfds.get(directory) if fast and self._owner == _get_ident() else None
         norm = directory if dirfd is not None else self._normalise(directory)
         base = "" if norm == "/" else norm
-        if self._recorder is not None:
-            dirfd = None
-        elif dirfd is None and self._plain_seam and "\x00" not in norm and self._owns_descriptors():
+        if dirfd is None and fast and "\x00" not in norm and self._owns_descriptors():
             try:
                 dirfd = self._dirfd(norm)
             except (OSError, HostFileError):
