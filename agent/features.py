@@ -56,6 +56,13 @@ _set_frozen = object.__setattr__
 """How a frozen dataclass's own ``__init__`` stores its fields."""
 
 
+ElementNames = frozenset[str] | None
+"""What a feature can carry, for ``validate``: its flag names, its attribute names, or the
+attribute names of each of its instances; ``None`` when the set is open (kernel config
+options, os-release keys, CPUID flags). Each source declares ``FEATURES``: feature name ->
+``ElementNames``."""
+
+
 def nfd_label(source: str, key: str) -> str:
     """NFD's label name for a built-in source key: ``cpu`` + ``cpuid.AVX2`` ->
     ``feature.node.kubernetes.io/cpu-cpuid.AVX2`` (``GetFeatureLabels`` in nfd-worker)."""

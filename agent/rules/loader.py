@@ -27,6 +27,7 @@ from agent.rules.label_files import flat_key_to_label, parse_label_file
 from agent.rules.model import Catalogue, LabelFile, RuleOptions, RuleSet
 from agent.rules.nfr_parser import parse_rule_file
 from agent.rules.static_checks import static_problems
+from agent.rules.vocabulary import engine_vocabulary, vocabulary_problems
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,9 @@ def load_catalogue(dirs: list[str] | tuple[str, ...], options: RuleOptions | Non
         files=tuple(files),
     )
     checked = static_problems(catalogue, options or RuleOptions())
+    unknown, third_party = vocabulary_problems(catalogue, engine_vocabulary())
+    checked += unknown
     for problem in problems + checked:
         log.debug("catalogue problem: %s", problem)
-    return dataclasses.replace(catalogue, problems=catalogue.problems + tuple(checked))
+    return dataclasses.replace(catalogue, problems=catalogue.problems + tuple(checked),
+                               warnings=catalogue.warnings + tuple(third_party))

@@ -21,3 +21,16 @@ SOURCE_NAMES = (
     "usb",
 )
 """Every source, in NFD's order (sorted by name); ``--sources`` picks a subset."""
+
+
+def feature_vocabulary() -> dict[str, "frozenset[str] | None"]:
+    """Every feature a source can produce, ``<source>.<feature>`` -> its element names (each
+    source's ``FEATURES``; ``None``: an open set)."""
+    import importlib
+
+    vocabulary: dict[str, frozenset[str] | None] = {}
+    for name in SOURCE_NAMES:
+        module = importlib.import_module(f"agent.sources.{name}")
+        for feature, elements in module.FEATURES.items():
+            vocabulary[f"{name}.{feature}"] = elements
+    return vocabulary

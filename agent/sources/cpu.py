@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from agent.features import Feature, SourceResult, nfd_label
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 from agent.sources.cpu_config import Config
 from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo_bytes
@@ -29,6 +31,20 @@ from agent.sources.cpu_sysfs import (CPU_SYSFS, NX_GZIP_CAPS, CpuProbe, coproces
                                      topology)
 
 NAME = "cpu"
+FEATURES: Mapping[str, ElementNames] = {
+    "cpuid": None,  # CPUID flag names (and NFD's AVX10_VERSION attribute)
+    "model": frozenset({"vendor_id", "family", "id", "hypervisor"}),
+    "cstate": frozenset({"enabled"}),
+    "pstate": frozenset({"status", "turbo", "scaling_governor"}),
+    "rdt": frozenset({"RDTMON", "RDTCMT", "RDTMBM", "RDTL3CA", "RDTL2CA", "RDTMBA", "RDTL3CA_NUM_CLOSID"}),
+    "security": frozenset({"sgx.enabled", "sgx.epc", "tdx.enabled", "tdx.total_keys", "tdx.protected",
+                           "sev.enabled", "sev.asids", "sev.es.enabled", "sev.encrypted_state_ids",
+                           "sev.snp.enabled", "se.enabled"}),
+    "sst": frozenset({"bf.enabled"}),  # NFD's; never discovered here (see above), declared so its rules validate
+    "topology": frozenset({"hardware_multithreading", "socket_count"}),
+    "coprocessor": frozenset({"nx_gzip"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 __all__ = ["NAME", "discover", "LIVE_FACTS_PATH", "live_cpu_facts"]
 
 log = logging.getLogger(__name__)

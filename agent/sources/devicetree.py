@@ -27,13 +27,21 @@ from collections import deque
 
 from dataclasses import dataclass
 
-from agent.features import Feature, Instance, SourceResult
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, Instance, SourceResult
 from agent.hostfs import HostFileError, HostFS
 from agent.k8s_validation import qualified_name_errors
 from agent.sources._config import agent_option
 from agent.sources._sysfs import AttributeReader
 
 NAME = "devicetree"
+FEATURES: Mapping[str, ElementNames] = {
+    "compatible": None,  # the root node's compatible strings, as flags
+    "model": frozenset({"model", "serial-number"}),
+    "node": frozenset({"name", "path", "compatible", "compatible.all", "status"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 DT_BASES = ("/sys/firmware/devicetree/base", "/proc/device-tree")
 """Where the kernel exports the live tree; ``/proc/device-tree`` links to the first."""

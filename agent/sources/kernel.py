@@ -13,11 +13,22 @@ import zlib
 
 from dataclasses import dataclass
 
-from agent.features import Feature, SourceError, SourceResult, nfd_label
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 from agent.sources._config import STRING, nfd_option
 
 NAME = "kernel"
+FEATURES: Mapping[str, ElementNames] = {
+    "version": frozenset({"full", "major", "minor", "revision"}),
+    "config": None,  # every CONFIG_ option
+    "loadedmodule": None,
+    "enabledmodule": None,
+    "selinux": frozenset({"enabled"}),
+    "kvm": frozenset({"enabled"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 OSRELEASE = "/proc/sys/kernel/osrelease"
 PROC_MODULES = "/proc/modules"

@@ -20,12 +20,16 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from agent.features import NFD_PREFIX, Feature, SourceError, SourceResult
+from typing import Mapping
+
+from agent.features import NFD_PREFIX, ElementNames, Feature, SourceError, SourceResult
 from agent.hostfs import HostFileError, HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources._config import STRING, agent_option
 
 NAME = "local"
+FEATURES: Mapping[str, ElementNames] = {"label": None, "feature": None}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 LOCAL_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 MAX_FEATURE_FILE_SIZE = 65536
 DIRECTIVE_PREFIX = "# +"

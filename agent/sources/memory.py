@@ -11,10 +11,20 @@ import posixpath
 
 from dataclasses import dataclass
 
-from agent.features import Feature, Instance, SourceError, SourceResult, nfd_label
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, Instance, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 
 NAME = "memory"
+FEATURES: Mapping[str, ElementNames] = {
+    "numa": frozenset({"is_numa", "node_count"}),
+    "swap": frozenset({"enabled"}),
+    "nv": frozenset({"name", "devtype", "mode"}),
+    "hugepages": None,  # "enabled" and one hugepages-<size> per page size
+    "meminfo": frozenset({"MemTotal"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 NODES = "/sys/bus/node/devices"
 SWAPS = "/proc/swaps"

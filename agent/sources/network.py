@@ -18,11 +18,18 @@ import posixpath
 
 from dataclasses import dataclass
 
-from agent.features import Feature, Instance, SourceResult, nfd_label
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
 from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal, oserror_errno
 
 NAME = "network"
+FEATURES: Mapping[str, ElementNames] = {
+    "device": frozenset({"name", "operstate", "speed", "sriov_numvfs", "sriov_totalvfs", "mtu", "driver", "pci_address"}),
+    "virtual": frozenset({"name", "operstate", "speed", "mtu"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 CLASS_NET = "/sys/class/net"
 _NOT_INTERFACES = frozenset({"bonding_masters"})

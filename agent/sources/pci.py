@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Container, Mapping, NamedTuple
 
-from agent.features import Feature, Instance, SourceResult, nfd_label
+from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import DirectoryRead, HostFileError, HostFS
 from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
@@ -31,6 +31,12 @@ from agent.sources._sysfs import (
 )
 
 NAME = "pci"
+FEATURES: Mapping[str, ElementNames] = {
+    "device": frozenset({"class", "vendor", "device", "subsystem_vendor", "subsystem_device", "sriov_totalvfs",
+                         "iommu_group/type", "iommu/intel-iommu/version",  # NFD's
+                         "address", "driver", "iommu_group", "numa_node", "physfn", "revision", "sriov_numvfs"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 DEVICES = "/sys/bus/pci/devices"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.features import Feature, Instance, SourceResult, nfd_label
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
 from agent.sources._sysfs import AttributeReader
 
 NAME = "storage"
+FEATURES: Mapping[str, ElementNames] = {
+    "block": frozenset({"name", "dax", "rotational", "nr_zones", "zoned"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 BLOCK = "/sys/block"
 QUEUE_ATTRIBUTES = ("dax", "rotational", "nr_zones", "zoned")

@@ -12,10 +12,20 @@ import re
 
 from dataclasses import dataclass
 
-from agent.features import Feature, SourceError, SourceResult, nfd_label
+from typing import Mapping
+
+from agent.features import ElementNames, Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 
 NAME = "system"
+FEATURES: Mapping[str, ElementNames] = {
+    "osrelease": None,  # every os-release key, plus VERSION_ID.major / VERSION_ID.minor
+    "dmiid": frozenset({"bios_date", "bios_vendor", "bios_version", "board_asset_tag", "board_name", "board_vendor",
+                        "board_version", "chassis_asset_tag", "chassis_type", "chassis_vendor", "chassis_version",
+                        "product_family", "product_name", "product_sku", "product_version", "sys_vendor"}),
+    "name": frozenset({"nodename"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 OS_RELEASE_PATHS = ("/etc/os-release", "/usr/lib/os-release")
 DMI_DIR = "/sys/devices/virtual/dmi/id"

@@ -17,9 +17,9 @@ driver of its first bound interface (the device itself is always bound to ``usb`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection
+from typing import Collection, Mapping
 
-from agent.features import Feature, Instance, SourceResult, nfd_label
+from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import DirectoryRead, HostFileError, HostFS
 from agent.sources._config import nfd_option
 from agent.sources._sysfs import (
@@ -33,6 +33,12 @@ from agent.sources._sysfs import (
 )
 
 NAME = "usb"
+FEATURES: Mapping[str, ElementNames] = {
+    "device": frozenset({"class", "vendor", "device", "serial",  # NFD's
+                         "busnum", "devnum", "devpath", "speed", "manufacturer", "product", "sysfs_name", "driver",
+                         "interface"}),
+}
+"""The features this source can produce and their element names (``agent.features.ElementNames``)."""
 
 DEVICES = "/sys/bus/usb/devices"
 LABEL_FIELDS = ("class", "vendor", "device", "serial")
