@@ -328,7 +328,7 @@ def report(results: list[dict], plans: Plans, workers: int) -> None:
               f"≤ 3 per changed node: {'met' if worst <= 3 else f'NOT met for {hist[worst]} node(s)'} |")
         c, _w = res["after_storm"]
         print(f"| {n} | pass after storm (all) | {fmt_counts(c)} | {c['writes']} | {c['event_writes']} | | | 0 writes |")
-    print("\nNFD's documented model (shared/reference/nfd.md section 6): \"Each worker sends one GET per interval "
+    print("\nNFD's documented model (worker configuration reference, core.sleepInterval; master command-line reference, -resync-period; kubernetes-sigs.github.io/node-feature-discovery): \"Each worker sends one GET per interval "
           "(about N/60 GET/s cluster wide; issue #1891) and one Update only when something changed\"; "
           "sleepInterval \"defaults to 60s\"; nfd-master runs \"a periodic full reconcile every resyncPeriod "
           "(default 1 h)\" (GET the Node, patch) and on a restart the worker's NodeFeature changes "
