@@ -106,17 +106,8 @@ def settings_from_args(args: argparse.Namespace):
         device_plugin=args.device_plugin == "on", device_plugin_dir=args.device_plugin_dir)
 
 
-def connect(args: argparse.Namespace):
-    """A ``NodeApi`` on the light CoreV1 subset (see ``agent.runtime.light_core``), with
-    ``apply``'s checks and error messages."""
-    from agent.commands.apply import connect as connect_with
-    from agent.reconcile.node_api import load_configuration
-    from agent.runtime.light_core import light_node_api
-
-    return connect_with(args, build=lambda kubeconfig: light_node_api(load_configuration(kubeconfig)))
-
-
 def run(args: argparse.Namespace) -> int:
+    from agent.commands.apply import connect
     from agent.runtime.agent import Agent
     from agent.runtime.heap import freeze_startup_heap, limit_malloc_arenas
 
