@@ -9,9 +9,10 @@ Every feature and instance remembers the host path it came from so ``explain`` c
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 NFD_PREFIX = "feature.node.kubernetes.io/"
 """Namespace of Node Feature Discovery's built-in labels; ours are byte-identical."""
@@ -25,7 +26,7 @@ def frozen_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = Non
 #: C0/C1 control characters (NUL, newline, ESC, DEL, ...) and the Unicode line and paragraph
 #: separators: what could turn a device string into structure (an extra ``key=value`` line
 #: in a template's output, a forged log line).
-_CONTROL = {c: None for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
+_CONTROL = {c: None for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
 
 
 def host_text(value: Any) -> str:
@@ -89,20 +90,31 @@ class Instance:
 
 @dataclass(frozen=True)
 class Feature:
-    """One raw feature: any mix of flags, attributes and instances."""
+    """One raw feature: any mix of flags, attributes and instances.
 
-    flags: frozenset[str] = frozenset()
-    attributes: Mapping[str, str] = field(default_factory=dict)
-    instances: tuple[Instance, ...] = ()
-    origin: str = ""
+    ``kinds`` says which of NFD's sets hold this feature, even empty: the sets a constructor
+    was given (``Feature(instances=[])`` is an instance feature with no instances, as NFD's
+    ``usb.device`` on a node without USB devices). Matching depends on it as NFD's does:
+    ``DoesNotExist`` holds on an empty flag set but never on zero instances."""
+
+    flags: frozenset[str]
+    attributes: Mapping[str, str]
+    instances: tuple[Instance, ...]
+    origin: str
     #: host path per flag/attribute name where it differs from ``origin`` (for explain)
-    element_origins: Mapping[str, str] = field(default_factory=dict)
+    element_origins: Mapping[str, str]
+    kinds: frozenset[str]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "flags", frozenset(host_text(f) for f in self.flags))
-        object.__setattr__(self, "attributes", host_map(self.attributes))
-        object.__setattr__(self, "instances", tuple(self.instances))
-        object.__setattr__(self, "element_origins", frozen_map(self.element_origins))
+    def __init__(self, flags: Iterable[str] | None = None, attributes: Mapping[str, str] | None = None,
+                 instances: Iterable[Instance] | None = None, origin: str = "",
+                 element_origins: Mapping[str, str] | None = None, kinds: Iterable[str] | None = None) -> None:
+        given = {"flags": flags, "attributes": attributes, "instances": instances}
+        _set_frozen(self, "flags", frozenset(host_text(f) for f in flags or ()))
+        _set_frozen(self, "attributes", host_map(attributes))
+        _set_frozen(self, "instances", tuple(instances or ()))
+        _set_frozen(self, "origin", origin)
+        _set_frozen(self, "element_origins", frozen_map(element_origins))
+        _set_frozen(self, "kinds", frozenset(kinds if kinds is not None else (k for k, v in given.items() if v is not None)))
 
     def origin_of(self, element: str) -> str:
         return self.element_origins.get(element, self.origin)

@@ -16,12 +16,12 @@ in its ``RuleResult.error`` and contributes nothing, as NFD fails that rule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from agent.features import Feature
-from agent.rules.expressions import RuleEvaluationError
 from agent.gotemplate import TemplateError, compile_template, parse_key_value_lines
+from agent.rules.expressions import RuleEvaluationError
 from agent.rules.matcher import MatchedElement, TermResult, match_terms
 from agent.rules.model import COUNT_REFERENCE, Catalogue, OutputItem, Rule, TaintSpec
 
@@ -126,20 +126,37 @@ def _count(elements: tuple[MatchedElement, ...]) -> int:
     return len(devices) if devices else 1
 
 
+def _match(rule: Rule, features: Mapping[str, Feature]) -> tuple[bool, tuple[TermResult, ...], tuple[tuple[TermResult, ...], ...]]:
+    """NFD's ``Execute`` order: ``matchAny`` branches first (an error counts while no branch
+    has matched yet, or always when the rule has a template, as NFD then runs every branch),
+    then ``matchFeatures`` only when ``matchAny`` held. Every branch and term is still
+    evaluated for explain and ``@count``."""
+    templates = rule.labels_template is not None or rule.vars_template is not None
+    branches = []
+    any_hit = False
+    for branch in rule.match_any:
+        hit, results = match_terms(features, branch.terms, may_raise=templates or not any_hit)
+        any_hit = any_hit or hit
+        branches.append(results)
+    reached = any_hit or not rule.match_any
+    matched, terms = match_terms(features, rule.match_features, may_raise=reached)
+    return matched and reached, terms, tuple(branches)
+
+
 def run_rule(rule: Rule, features: Mapping[str, Feature]) -> RuleResult:
     try:
-        matched, terms = match_terms(features, rule.match_features)
-        branches = tuple(match_terms(features, b.terms)[1] for b in rule.match_any)
+        matched, terms, branches = _match(rule, features)
     except RuleEvaluationError as exc:
         return RuleResult(rule, False, error=f"rule failed: {exc}")
     branch_hits = [b for b in branches if all(t.matched for t in b)]
-    if rule.match_any and not branch_hits:
-        matched = False
     result = RuleResult(rule, matched, terms, branches)
     if not matched:
         return result
-    base = [e for t in terms for e in t.elements]
-    groups = [base + [e for t in b for e in t.elements] for b in branch_hits] or [base]
+    # NFD runs a template once per matching matchAny branch over that branch's elements, and
+    # once over matchFeatures' elements; a rule with neither runs no template
+    groups = [[e for t in b for e in t.elements] for b in branch_hits]
+    if rule.match_features:
+        groups.append([e for t in terms for e in t.elements])
     elements = result.elements
     count = _count(elements)
     problems: list[tuple[str, str, str]] = []

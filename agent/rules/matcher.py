@@ -1,16 +1,20 @@
 """Match one ``matchFeatures`` term against discovered features, keeping a trace for ``explain``.
 
-NFD semantics (``pkg/apis/nfd/nodefeaturerule``): feature names are looked up
-case-insensitively; a missing feature fails the term (even ``DoesNotExist``); for flag and
-attribute features each expression looks at one key; for instance features all expressions
-must hold in the *same* instance and every matching instance is kept (that list feeds
-templates and our ``@count``).  ``matchName`` matches element names.  Pure: no I/O.
+NFD semantics (``pkg/apis/nfd/nodefeaturerule/expression.go`` ``MatchMulti``,
+``MatchNamesMulti``; ``rule.go`` ``evaluateFeatureMatcher``): feature names are looked up
+case-insensitively; a missing feature fails the term (even ``DoesNotExist``); over a
+feature's flags and attributes together each expression must hold in either (``DoesNotExist``
+in both), and the term holds; over its instances all expressions must hold in the *same*
+instance; the term holds when either part does, and its matched elements (what templates and
+our ``@count`` see) are both parts' in NFD's order.  A feature with zero instances and no
+flags or attributes fails every term.  ``matchName`` matches element names.  Pure: no I/O.
+``tests/rules/test_nfd_tables.py`` runs NFD's own unit-test tables through this module.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from agent.features import Feature, Instance
 from agent.rules.expressions import RuleEvaluationError, evaluate
@@ -31,7 +35,7 @@ class MatchedElement:
     host_path: str = ""
 
     @property
-    def identity(self) -> tuple:
+    def identity(self) -> tuple[object, ...]:
         """What makes two matches the same physical device (USB interfaces collapse)."""
         if self.instance is None:
             return (self.feature, self.name)
@@ -50,7 +54,7 @@ class MatchedElement:
         inner = ", ".join(p for p in (ident, shown) if p)
         return f"{self.feature}[{inner}]"
 
-    def template_item(self) -> dict:
+    def template_item(self) -> dict[str, str]:
         if self.instance is not None:
             return dict(self.instance.attributes)
         if self.value is None:
@@ -76,77 +80,123 @@ def lookup(features: Mapping[str, Feature], name: str) -> tuple[str, Feature] | 
     return None
 
 
-def _key_state(feature: Feature, key: str) -> tuple[bool, str | None]:
-    if key in feature.attributes:
-        return True, feature.attributes[key]
-    return key in feature.flags, None
+def _absent_reason(name: str, feature: Feature, expr: Expression) -> str:
+    if expr.key in feature.attributes:
+        shown = f"value {feature.attributes[expr.key]!r}"
+    elif expr.key in feature.flags:
+        shown = "present (flag)"
+    else:
+        shown = "absent"
+    return f"{name}: {expr.describe()} is false ({expr.key} {shown}) [{expr.origin}]"
 
 
-def _flat_term(name: str, feature: Feature, term: FeatureTerm) -> TermResult:
+def _flat(name: str, feature: Feature, term: FeatureTerm) -> tuple[bool, list[MatchedElement], str]:
+    """NFD's ``MatchMulti`` over the flag and attribute sets: each expression must hold in
+    either (``DoesNotExist`` in both); a ``DoesNotExist`` key is a matched element too."""
+    keys = feature.flags if "flags" in feature.kinds else None
+    values = feature.attributes if "attributes" in feature.kinds else None
+    if keys is None and values is None:
+        return False, [], ""
     elements: list[MatchedElement] = []
     for expr in term.expressions:
-        present, value = _key_state(feature, expr.key)
-        if not evaluate(expr, present, value):
-            shown = "absent" if not present else ("present (flag)" if value is None else f"value {value!r}")
-            return TermResult(term, False, reason=f"{name}: {expr.describe()} is false ({expr.key} {shown}) [{expr.origin}]")
-        if present:
-            elements.append(MatchedElement(name, expr.key, value, host_path=feature.origin_of(expr.key)))
-    if term.match_name is not None:
-        names = sorted(set(feature.flags) | set(feature.attributes))
-        hits = [n for n in names if evaluate(term.match_name, True, n)]
-        if not hits:
-            return TermResult(term, False, reason=f"{name}: no element name satisfies matchName {term.match_name.describe()} [{term.match_name.origin}]")
-        elements += [MatchedElement(name, n, feature.attributes.get(n), host_path=feature.origin_of(n)) for n in hits]
-    return TermResult(term, True, tuple(elements))
+        in_keys = keys is not None and evaluate(expr, expr.key in keys, None)
+        in_values = values is not None and evaluate(expr, expr.key in values, values.get(expr.key))
+        both_needed = expr.op == "DoesNotExist" and (keys is not None and not in_keys or values is not None and not in_values)
+        if both_needed or not (in_keys or in_values):
+            return False, [], _absent_reason(name, feature, expr)
+        origin = feature.origin_of(expr.key)
+        if in_keys:
+            elements.append(MatchedElement(name, expr.key, None, host_path=origin))
+        if in_values and values is not None:
+            elements.append(MatchedElement(name, expr.key, values.get(expr.key, ""), host_path=origin))
+    elements.sort(key=lambda e: e.name)  # NFD sorts by Name; a flag before the attribute of its name
+    return True, elements, ""
 
 
-def _instance_matches(instance: Instance, term: FeatureTerm) -> Expression | None:
-    """The first expression ``instance`` fails, or None when all hold."""
+def _instance_fails(instance: Instance, term: FeatureTerm) -> Expression | None:
+    """The first expression ``instance`` fails, or None when all hold (NFD's ``MatchValues``)."""
     attrs = instance.attributes
     for expr in term.expressions:
         if not evaluate(expr, expr.key in attrs, attrs.get(expr.key)):
             return expr
-    if term.match_name is not None and not any(evaluate(term.match_name, True, n) for n in attrs):
-        return term.match_name
     return None
 
 
-def _instance_term(name: str, feature: Feature, term: FeatureTerm) -> TermResult:
+def _instances(name: str, feature: Feature, term: FeatureTerm) -> tuple[list[MatchedElement], str]:
+    """NFD's ``MatchGetInstances``: every instance in which all expressions hold."""
+    if "instances" not in feature.kinds:
+        return [], ""
+    if not feature.instances:
+        return [], f"{name}: no instances discovered"
     elements = []
     failures: dict[Expression, int] = {}
     for instance in feature.instances:
-        failed = _instance_matches(instance, term)
+        failed = _instance_fails(instance, term)
         if failed is None:
             elements.append(MatchedElement(name, instance=instance, host_path=instance.origin))
         else:
             failures[failed] = failures.get(failed, 0) + 1
     if elements:
-        return TermResult(term, True, tuple(elements))
-    if not feature.instances:
-        return TermResult(term, False, reason=f"{name}: no instances discovered")
+        return elements, ""
     # name the condition that rules out the most instances: that is the one to look at
     worst, count = max(failures.items(), key=lambda item: item[1])
-    return TermResult(term, False, reason=(
-        f"{name}: no instance satisfies all conditions; {worst.describe()} fails for {count} of "
-        f"{len(feature.instances)} instance(s) [{worst.origin}]"))
+    return [], (f"{name}: no instance satisfies all conditions; {worst.describe()} fails for {count} of "
+                f"{len(feature.instances)} instance(s) [{worst.origin}]")
+
+
+def _names(name: str, feature: Feature, expr: Expression) -> list[MatchedElement]:
+    """NFD's ``MatchNamesMulti``: flag and attribute names (sorted), then every instance with
+    an attribute name that matches."""
+    found = [MatchedElement(name, n, None, host_path=feature.origin_of(n)) for n in feature.flags if evaluate(expr, True, n)]
+    found += [MatchedElement(name, n, v, host_path=feature.origin_of(n)) for n, v in feature.attributes.items() if evaluate(expr, True, n)]
+    found.sort(key=lambda e: e.name)
+    found += [MatchedElement(name, instance=i, host_path=i.origin) for i in feature.instances
+              if any(evaluate(expr, True, n) for n in i.attributes)]
+    return found
 
 
 def match_term(features: Mapping[str, Feature], term: FeatureTerm) -> TermResult:
-    """Evaluate one term; raises ``RuleEvaluationError`` (bad integer, regex) like NFD."""
+    """Evaluate one term as NFD's ``evaluateFeatureMatcher`` does for it: ``matchExpressions``
+    (when given) over flags and attributes together, or over instances; then ``matchName``.
+    Raises ``RuleEvaluationError`` (bad integer, regex) like NFD."""
     found = lookup(features, term.feature)
     if found is None:
         return TermResult(term, False, reason=f"feature {term.feature} not discovered on this node [{term.origin}]")
     name, feature = found
-    if feature.instances and not feature.flags and not feature.attributes:
-        return _instance_term(name, feature, term)
-    return _flat_term(name, feature, term)
+    elements: list[MatchedElement] = []
+    if term.expressions_given:
+        flat_ok, flat_elements, flat_reason = _flat(name, feature, term)
+        instance_elements, instance_reason = _instances(name, feature, term)
+        if not flat_ok and not instance_elements:
+            reason = "; ".join(r for r in (flat_reason, instance_reason) if r) or f"{name}: empty feature"
+            return TermResult(term, False, reason=reason)
+        elements = flat_elements + instance_elements
+    if term.match_name is not None:
+        hits = _names(name, feature, term.match_name)
+        if not hits:
+            return TermResult(term, False, reason=f"{name}: no element name satisfies matchName {term.match_name.describe()} [{term.match_name.origin}]")
+        elements += hits
+    return TermResult(term, True, tuple(elements))
 
 
-def match_terms(features: Mapping[str, Feature], terms: tuple[FeatureTerm, ...]) -> tuple[bool, tuple[TermResult, ...]]:
-    """AND over ``terms``; every term is evaluated (explain wants them all).  An empty list
-    matches.  A ``RuleEvaluationError`` propagates to fail the whole rule."""
-    results = tuple(match_term(features, term) for term in terms)
-    return all(r.matched for r in results), results
+def match_terms(features: Mapping[str, Feature], terms: tuple[FeatureTerm, ...],
+                may_raise: bool = True) -> tuple[bool, tuple[TermResult, ...]]:
+    """AND over ``terms``; an empty list matches. Every term is evaluated (explain wants them
+    all), but as NFD stops at the first term that fails, an evaluation error (bad integer,
+    regex) fails the rule only when no earlier term failed and ``may_raise`` (NFD reaches it);
+    otherwise it is that term's reason."""
+    results: list[TermResult] = []
+    matched = True
+    for term in terms:
+        try:
+            result = match_term(features, term)
+        except RuleEvaluationError as exc:
+            if matched and may_raise:
+                raise
+            result = TermResult(term, False, reason=f"{term.feature}: {exc} (not reached by NFD) [{term.origin}]")
+        matched = matched and result.matched
+        results.append(result)
+    return matched, tuple(results)
 
 
 __all__ = ["MatchedElement", "RuleEvaluationError", "TermResult", "lookup", "match_term", "match_terms"]

@@ -61,12 +61,16 @@ class Expression:
 
 @dataclass(frozen=True)
 class FeatureTerm:
-    """One ``matchFeatures`` entry: all its expressions must hold (in one instance)."""
+    """One ``matchFeatures`` entry: all its expressions must hold (in one instance).
+
+    ``expressions_given`` tells ``matchExpressions: {}`` (given, empty: NFD runs it, and on an
+    instance feature it needs an instance) from no ``matchExpressions`` at all (not run)."""
 
     feature: str
     expressions: tuple[Expression, ...] = ()
     match_name: Expression | None = None
     origin: str = ""
+    expressions_given: bool = True
 
     def describe(self) -> str:
         parts = [e.describe() for e in self.expressions]

@@ -7,6 +7,7 @@ rule is skipped with a ``Problem`` naming its file:line; the rest of the file st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -58,11 +59,12 @@ def _list(value: Any, what: str, line: int) -> LineList:
 
 
 class _Parser:
-    def __init__(self, path: str):
+    def __init__(self, path: str, locate: Callable[[int], str] | None = None):
         self.path = path
+        self.locate = locate
 
     def at(self, line: int) -> str:
-        return f"{self.path}:{line}"
+        return f"{self.path}:{self.locate(line) if self.locate else line}"
 
     def expression(self, key: str, spec: Any, line: int) -> Expression:
         spec = _mapping(spec, f"expression {key!r}", line)
@@ -100,7 +102,8 @@ class _Parser:
         match_name = None
         if spec.get("matchName") is not None:
             match_name = self.expression("", spec["matchName"], spec.line_of("matchName"))
-        return FeatureTerm(feature, tuple(expressions), match_name, self.at(spec.line))
+        given = spec.get("matchExpressions") is not None
+        return FeatureTerm(feature, tuple(expressions), match_name, self.at(spec.line), given)
 
     def terms(self, spec: Any, line: int) -> tuple[FeatureTerm, ...]:
         items = _list(spec, "matchFeatures", line)
@@ -210,9 +213,10 @@ class _Parser:
         return RuleSet(name, self.at(data.line), tuple(rules))
 
 
-def parse_rule_file(path: str, text: str) -> tuple[list[RuleSet], list[Problem]]:
-    """All NodeFeatureRule documents in one file, plus problems (each with file:line)."""
-    parser = _Parser(path)
+def parse_rule_file(path: str, text: str, locate: Callable[[int], str] | None = None) -> tuple[list[RuleSet], list[Problem]]:
+    """All NodeFeatureRule documents in one file, plus problems (each with file:line).
+    ``locate`` turns a line into the place shown after ``path:`` (a cluster object's field path)."""
+    parser = _Parser(path, locate)
     rule_sets: list[RuleSet] = []
     problems: list[Problem] = []
     try:

@@ -303,6 +303,7 @@ def test_evaluation_error_fails_only_that_rule(tmp_path):
               matchExpressions: {VERSION_ID: {op: Gt, value: ["20"]}}
         - name: bad-template
           labelsTemplate: "{{ .nothing.here }}"
+          matchFeatures: [{feature: system.osrelease, matchExpressions: {}}]  # NFD runs no template without a matcher
         - name: good
           labels: {"ex.com/good": "true"}
           matchFeatures:

@@ -50,6 +50,7 @@ def test_refused_items_are_problems_with_file_line_and_never_in_the_plan(tmp_pat
             - {key: ex.com/good, effect: NoExecute}
         - name: tmpl
           labelsTemplate: "ex.com/from-template=not valid!"
+          matchFeatures: [{feature: system.osrelease, matchExpressions: {}}]  # NFD runs no template without a matcher
     """)}, {"system.osrelease": __import__("tests.rules.helpers", fromlist=["attrs"]).attrs(PRETTY_NAME="Ubuntu 22.04.4 LTS")},
         options=RuleOptions(deny_label_ns=("denied.io",)))
     state = plan.state
