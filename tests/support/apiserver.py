@@ -75,6 +75,9 @@ def status_body(code: int, message: str, *, reason: str | None = None, name: str
     return body
 
 
+Route = Callable[["FakeApiServer", str, list[str], dict[str, str], Any, str], "tuple[int, Any] | None"]
+
+
 class ApiError(Exception):
     """Raised inside a handler: becomes a Status response."""
 
@@ -424,6 +427,9 @@ class FakeApiServer:
         self._writers: list[SecondWriter] = []
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
+        from tests.support import objects, pods  # they build on this module's errors
+
+        self.routes: list[Route] = [pods.route, objects.route]
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> "FakeApiServer":
@@ -504,7 +510,7 @@ class FakeApiServer:
 
     write_kubeconfig = kubeconfig
 
-    def client_configuration(self):  # noqa: ANN201 - kubernetes.client.Configuration
+    def client_configuration(self) -> Any:  # a kubernetes.client.Configuration
         """A client Configuration for this server, with urllib3 retries off (as
         ``NodeApi.from_config`` does) so request counts are exact."""
         from kubernetes import client
@@ -515,7 +521,7 @@ class FakeApiServer:
         configuration.retries = False
         return configuration
 
-    def core_api(self):  # noqa: ANN201 - kubernetes.client.CoreV1Api
+    def core_api(self) -> Any:  # a kubernetes.client.CoreV1Api
         from kubernetes import client
 
         return client.CoreV1Api(client.ApiClient(self.client_configuration()))
@@ -588,6 +594,33 @@ class FakeApiServer:
                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
                "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
         return self.store.create("pods", pod)
+
+    def generated_name(self, prefix: str) -> str:
+        """``generateName``: the prefix and five random characters (``names.SimpleNameGenerator``)."""
+        return prefix + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+
+    def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        """Create a pod through the pod registry (defaults, ``PrepareForCreate``, validation),
+        as a POST would; raises ``ApiError`` when the real server would refuse it."""
+        from tests.support import pods
+
+        return pods.create(self, namespace, pod, dry_run=False)[1]
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.store.get("pods", name, namespace)
+
+    def add_namespace(self, name: str, annotations: dict[str, str] | None = None,
+                      labels: dict[str, str] | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        return self.store.create("namespaces", {"kind": "Namespace", "apiVersion": "v1", "metadata": meta,
+                                                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+
+    def add_secret(self, namespace: str, name: str, data: dict[str, str], kind: str) -> dict[str, Any]:
+        """A Secret with base64 ``data`` (``kind``: e.g. ``kubernetes.io/dockerconfigjson``)."""
+        return self.store.create("secrets", {"kind": "Secret", "apiVersion": "v1", "type": kind, "data": dict(data),
+                                             "metadata": {"name": name, "namespace": namespace}})
 
     def pods(self, node_name: str | None = None) -> list[dict[str, Any]]:
         match = (lambda p: p["spec"].get("nodeName") == node_name) if node_name else (lambda _p: True)
@@ -745,6 +778,10 @@ class FakeApiServer:
                 return 200, doc
         if raw and body is not None and isinstance(body, str):
             raise ApiError(400, status_body(400, "the body of the request could not be decoded as JSON"))
+        for route in self.routes:  # resources served by their own modules (pods.py, objects.py)
+            answer = route(self, method, parts, query, body, content_type)
+            if answer is not None:
+                return answer
         if parts[:2] == ["api", "v1"]:
             rest = parts[2:]
             watch_prefix = bool(rest) and rest[0] == "watch"
@@ -842,7 +879,7 @@ class FakeApiServer:
             meta["namespace"] = namespace
         if not meta.get("name"):
             if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+                meta["name"] = self.generated_name(meta["generateName"])
             else:
                 raise invalid_error(kind, "", [validation.Cause("FieldValueRequired",
                                                                 "Required value: name or generateName is required",

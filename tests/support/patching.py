@@ -36,6 +36,8 @@ MERGE_KEYS: dict[tuple[str, ...], str | None] = {
     ("metadata", "ownerReferences"): "uid",
     ("metadata", "finalizers"): None,
     ("spec", "containers"): "name",
+    ("spec", "initContainers"): "name",
+    ("spec", "schedulingGates"): "name",  # k8s.io/api core/v1 PodSpec: patchMergeKey:"name"
     ("spec", "tolerations"): None,  # no merge key upstream either: listed so nothing else guesses
 }
 NO_MERGE = {("spec", "tolerations"), ("spec", "taints")}

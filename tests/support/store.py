@@ -45,6 +45,7 @@ class WatchEvent:
     resource: str
     type: str  # ADDED, MODIFIED, DELETED
     object: dict[str, Any]
+    previous: dict[str, Any] | None = None  # the object before a MODIFIED (selector transitions)
 
 
 def now_stamp() -> str:
@@ -106,8 +107,8 @@ class Store:
             return iter([e for e in self.history if e.rv > rv])
 
     # -- writes ---------------------------------------------------------------------------
-    def _record(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
-        self.history.append(WatchEvent(self.rv, resource, kind, copy.deepcopy(obj)))
+    def _record(self, resource: str, kind: str, obj: dict[str, Any], previous: dict[str, Any] | None = None) -> None:
+        self.history.append(WatchEvent(self.rv, resource, kind, copy.deepcopy(obj), copy.deepcopy(previous)))
         while len(self.history) > HISTORY_LIMIT:
             self.trimmed = self.history.popleft().rv
         self.changed.notify_all()
@@ -148,7 +149,7 @@ class Store:
             self.rv += 1
             new["metadata"]["resourceVersion"] = str(self.rv)
             bucket[(namespace, name)] = new
-            self._record(resource, "MODIFIED", new)
+            self._record(resource, "MODIFIED", new, old)
             return copy.deepcopy(new), True
 
     def delete(self, resource: str, name: str, namespace: str = "") -> dict[str, Any]:

@@ -16,13 +16,14 @@ the socket) or expire them (an ``ERROR`` 410, then the end).
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tests.support.store import Store
+from tests.support.store import Store, WatchEvent
 
 KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event"}
 
@@ -121,6 +122,25 @@ def bookmark(kind: str, rv: int) -> dict[str, Any]:
     return obj
 
 
+def _converted(watcher: Watcher, event: WatchEvent) -> tuple[str, dict[str, Any]] | None:
+    """What a selecting watcher sees of a change, as the watch cache's ``convertToWatchEvent``
+    decides it (apiserver ``pkg/storage/cacher/cache_watcher.go``, kubernetes 04d6b4f1): an
+    object that starts matching is ``ADDED``; one that stops matching is ``DELETED`` (the
+    previous object at the new resourceVersion); one that matches before and after is
+    ``MODIFIED``; a real delete is ``DELETED`` when the object matched."""
+    now = event.type != "DELETED" and watcher.wanted(event.object)
+    before = event.previous is not None and watcher.wanted(event.previous)
+    if event.type == "DELETED":
+        return ("DELETED", event.object) if watcher.wanted(event.object) else None
+    if now:
+        return ("MODIFIED" if before else "ADDED", event.object)
+    if before and event.previous is not None:
+        gone_object = copy.deepcopy(event.previous)
+        gone_object.setdefault("metadata", {})["resourceVersion"] = str(event.rv)
+        return "DELETED", gone_object
+    return None
+
+
 def _line(kind: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
@@ -171,8 +191,9 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
         if lost:
             watcher.expired = True
         for event in events:
-            if watcher.wanted(event.object) and not watcher.expired:
-                send(line(event.type, event.object))
+            converted = None if watcher.expired else _converted(watcher, event)
+            if converted is not None:
+                send(line(*converted))
                 watcher.sent += 1
         if watcher.expired:
             send(line("ERROR", compacted_midstream()))
