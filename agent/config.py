@@ -6,17 +6,30 @@ Defaults live here, once, and are printed by ``--help``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from agent.desired import Taint
 from agent.discovery import DiscoveryConfig
 from agent.sources import SOURCE_NAMES
+
+if TYPE_CHECKING:
+    from agent.reconcile.claims import ClaimPolicy
+    from agent.rules import Catalogue, RuleOptions
 
 ENV_HOST_ROOT = "HOST_ROOT"
 ENV_RULES = "NODE_FEATURE_AGENT_RULES"
 ENV_NODE_NAME = "NODE_NAME"
 ENV_CONFIG = "NODE_FEATURE_AGENT_CONFIG"
 IMAGE_RULES_DIR = "/etc/node-feature-agent/labels"
+
+
+class ConfigurationError(Exception):
+    """A flag, environment value or file named by one that cannot be used; the message is
+    one line naming the flag and the path (``agent.preflight`` turns it into exit status 2)."""
 
 
 def positive_int(text: str) -> int:
@@ -51,7 +64,7 @@ def _finite(text: str) -> float:
         value = float(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
-    if value != value or value in (float("inf"), float("-inf")) or abs(value) > 10**9:
+    if not math.isfinite(value) or abs(value) > 10**9:
         raise argparse.ArgumentTypeError(f"not a usable number of seconds: {text!r}")
     return value
 
@@ -140,8 +153,6 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
 def selected_sources(args: argparse.Namespace) -> list[str]:
     """``--sources`` if given, else ``core.featureSources`` of ``--config``, else all (NFD's
     ``-feature-sources`` flag overrides the file the same way)."""
-    from agent.preflight import ConfigurationError
-
     if getattr(args, "sources", None) is None:
         loaded = worker_config(args)
         return list(loaded.feature_sources) if loaded is not None else list(SOURCE_NAMES)
@@ -163,7 +174,6 @@ def worker_config(args: argparse.Namespace):
     cached = getattr(args, "_worker_config", None)
     if cached is not None and cached[0] == path:
         return cached[1]
-    from agent.preflight import ConfigurationError
     from agent.worker_config import WorkerConfigError, load_worker_config
 
     if not os.path.isfile(path):
@@ -196,17 +206,16 @@ def discovery_config(args: argparse.Namespace) -> DiscoveryConfig:
     return loaded.discovery
 
 
-def claim_policy(options, catalogue_fn, startup_taints=()):
+def claim_policy(options: RuleOptions | None, catalogue_fn: Callable[[], Catalogue],
+                 startup_taints: Iterable[Taint | tuple[str, str]] = ()) -> ClaimPolicy:
     """What the reconciler may claim from the Node's ownership record: keys the label
     namespace policy allows, taint keys the current catalogue (``catalogue_fn()``) or
     ``--startup-taint`` can produce (``agent.reconcile.claims``)."""
     from agent.reconcile.claims import ClaimPolicy
+    from agent.rules import RuleOptions
     from agent.rules.namespaces import namespace_problem
 
-    if options is None:
-        from agent.rules import RuleOptions
-
-        options = RuleOptions()
-    startup_keys = frozenset(t.key if hasattr(t, "key") else t[0] for t in startup_taints)
-    return ClaimPolicy(key_problem=lambda key: namespace_problem(key, options),
+    policy = options if options is not None else RuleOptions()
+    startup_keys = frozenset(t.key if isinstance(t, Taint) else t[0] for t in startup_taints)
+    return ClaimPolicy(key_problem=lambda key: namespace_problem(key, policy),
                        taint_keys=lambda: catalogue_fn().taint_keys() | startup_keys)

@@ -10,14 +10,19 @@ Exit statuses shared by every command (documented in deploy/README.md):
 
 - 0: done;
 - 1: the work failed at run time (an API error that outlasted the retries, a port in use);
-- 2: bad usage or configuration (:class:`ConfigurationError`): nothing was written.
+- 2: bad usage or configuration (:class:`agent.config.ConfigurationError`): nothing was written.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Iterable
+from collections.abc import Iterable
+
+from agent.config import ConfigurationError, rules_dirs, selected_sources, worker_config
+
+__all__ = ["EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "ConfigurationError", "check_args", "check_host_root",
+           "check_rules_dirs"]
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -25,11 +30,6 @@ EXIT_CONFIG = 2
 
 #: directories a real host root always has; discovery of a root without them finds nothing
 REQUIRED_HOST_DIRS = ("sys", "proc")
-
-
-class ConfigurationError(Exception):
-    """A flag, environment value or file named by one that cannot be used; the message is
-    one line naming the flag and the path."""
 
 
 def check_host_root(path: str, *, allow_partial: bool = False) -> None:
@@ -70,11 +70,7 @@ def check_args(args: argparse.Namespace) -> None:
     if hasattr(args, "host_root"):
         check_host_root(args.host_root, allow_partial=getattr(args, "allow_partial_host_root", False))
     if hasattr(args, "sources"):
-        from agent.config import selected_sources, worker_config
-
         worker_config(args)  # --config: file:line errors, exit 2, before anything runs
         selected_sources(args)
     if hasattr(args, "rules"):
-        from agent.config import rules_dirs
-
         check_rules_dirs(rules_dirs(args))

@@ -5,11 +5,12 @@ All frozen; the diff is a pure function from (``LiveNode``, ``DesiredNodeState``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
-from agent.desired import Problem, Taint
+from agent.desired import DesiredNodeState, Problem, Taint
 
 #: ("label" | "annotation" | "resource" | "taint", key); taints are keyed ``key:Effect``
 ItemRef = tuple[str, str]
@@ -17,6 +18,15 @@ ItemRef = tuple[str, str]
 
 def taint_ref(key: str, effect: str) -> ItemRef:
     return ("taint", f"{key}:{effect}")
+
+
+def wanted_items(desired: DesiredNodeState) -> dict[ItemRef, str]:
+    """Each item ``desired`` asks for, with its value (a taint's value for ``key:Effect``)."""
+    wanted: dict[ItemRef, str] = {("label", k): v for k, v in desired.labels.items()}
+    wanted.update({("annotation", k): v for k, v in desired.annotations.items()})
+    wanted.update({("resource", k): str(v) for k, v in desired.extended_resources.items()})
+    wanted.update({taint_ref(*t.identity): t.value for t in desired.taints})
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ class LiveNode:
             object.__setattr__(self, "allocatable", MappingProxyType(dict(self.allocatable)))
 
     @classmethod
-    def from_dict(cls, node: Mapping[str, Any]) -> "LiveNode":
+    def from_dict(cls, node: Mapping[str, Any]) -> LiveNode:
         """Parse a Node JSON object; missing or null sections become empty."""
         meta = node.get("metadata") or {}
         spec = node.get("spec") or {}

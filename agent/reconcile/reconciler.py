@@ -18,21 +18,35 @@ from __future__ import annotations
 import logging
 import random as _random
 import time
-from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from agent.desired import DesiredNodeState, Problem, Taint
 from agent.reconcile import events as ev
 from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.reconcile.claims import (
+    ClaimPolicy,
+    adopt_matching,
+    check_claims,
+    record_missing,
+    unattributed_labels,
+)
 from agent.reconcile.diff import plan_node_changes
-from agent.reconcile.model import Change, ItemRef, LiveNode, NodePlan, taint_ref
+from agent.reconcile.model import Change, ItemRef, LiveNode, NodePlan, wanted_items
 from agent.reconcile.node_api import (
-    Conflict, Forbidden, Invalid, NodeApi, NodeApiError, NodeNotFound, Transient, call_with_retries,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NodeApi,
+    NodeApiError,
+    NodeNotFound,
+    Transient,
+    call_with_retries,
 )
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
-from agent.reconcile.claims import ClaimPolicy, adopt_matching, check_claims, record_missing, unattributed_labels
 from agent.reconcile.ownership import Ownership, parse_ownership
-from agent.reconcile.rejections import rejected_items
+from agent.reconcile.rejections import RefusedItems, rejected_items
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +60,8 @@ def node_as_dict(live_node: Any) -> dict[str, Any]:
         return dict(live_node)
     from kubernetes.client import ApiClient
 
-    return ApiClient().sanitize_for_serialization(live_node)
+    node: dict[str, Any] = ApiClient().sanitize_for_serialization(live_node)  # type: ignore[no-untyped-call]
+    return node
 
 
 def _empty_plan(_labels: Mapping[str, str]) -> DesiredNodeState:
@@ -58,6 +73,36 @@ def _readable(changes: Iterable[Change]) -> list[str]:
     changes = list(changes)
     visible = [c for c in changes if c.kind != "record"]
     return [str(c) for c in (visible or changes)]
+
+
+def _failure_text(err: NodeApiError, node_name: str, attempts: int) -> str:
+    if isinstance(err, Forbidden):
+        return (f"forbidden: the agent's ServiceAccount may not do this ({err.message}); check the ClusterRole "
+                "(nodes: get/list/watch/patch, nodes/status: patch, events: create in default) and, for a 403 "
+                "naming node-feature-agent-own-node, the admission policy (deploy/README.md)")
+    if isinstance(err, NodeNotFound):
+        return f"node {node_name} not found (deleted, not registered yet, or a wrong --node-name); waiting"
+    if isinstance(err, Transient):
+        return f"API server unreachable or failing after {attempts} attempts: {err}"
+    return str(err)
+
+
+@dataclass
+class _Pass:
+    """What one ``reconcile``/``clean`` call has done so far."""
+
+    cleaning: bool
+    writes: int = 0
+    applied: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    conflicts: int = 0
+    stale_rereads: int = 0
+    remove_startup: bool = False
+    desired: DesiredNodeState | None = None  # None until the Node was read and planned for
+
+    def note(self, problem: Problem) -> None:
+        if problem not in self.problems:
+            self.problems.append(problem)
 
 
 class Reconciler:
@@ -73,11 +118,11 @@ class Reconciler:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         random: Callable[[], float] = _random.random,
-        backoff: BackoffSettings = BackoffSettings(),
+        backoff: BackoffSettings = BackoffSettings(),  # noqa: B008 - frozen, shared safely
         max_attempts: int = 5,
         max_writes: int = 8,
         max_conflicts: int = 10,
-        claims: ClaimPolicy = ClaimPolicy(),
+        claims: ClaimPolicy = ClaimPolicy(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.api = api
         self.node_name = node_name
@@ -90,7 +135,7 @@ class Reconciler:
         self.max_attempts, self.max_writes, self.max_conflicts = max_attempts, max_writes, max_conflicts
         self._node_uid = ""
         self._startup_done_uid = ""
-        self._rejected: dict[ItemRef, tuple[str | None, str]] = {}  # item -> (refused value, why)
+        self._refused = RefusedItems()
         self._reported: set[tuple[str, str, str, str]] = set()
         self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
         self._cached_plan: PlanFunction | None = None
@@ -137,7 +182,7 @@ class Reconciler:
         try:
             node = node_as_dict(live_node) if live_node is not None else self._get()
         except NodeApiError as err:
-            return self._failure(err, 0, [], [], None)
+            return self._failure(err, _Pass(cleaning=False), None)
         live = LiveNode.from_dict(node)
         desired = self._desired(plan, live)
         problems: list[Problem] = []
@@ -148,86 +193,115 @@ class Reconciler:
                                 problems=tuple(problems), node_uid=live.uid, resource_version=live.resource_version,
                                 desired=desired)
 
-    # -- the loop -------------------------------------------------------------------------
+    # -- the loop: read, plan, write, until the plan is empty --------------------------------
+    def _run(self, plan: PlanFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
+             ) -> tuple[ReconcileOutcome, LiveNode | None]:
+        run = _Pass(cleaning)
+        try:
+            node = node_as_dict(live_node) if live_node is not None else self._get()
+        except NodeApiError as err:
+            return self._failure(err, run, None), None
+        while True:
+            live = LiveNode.from_dict(node)
+            self._notice_uid(live)
+            node_plan = self._next_plan(plan, live, run)
+            if isinstance(node_plan, ReconcileOutcome):
+                return node_plan, live
+            if node_plan.empty:
+                return self._converged(live, run), live
+            if run.writes >= self.max_writes:
+                return self._result(live, run, f"node {self.node_name} did not settle after {run.writes} writes"), live
+            answer = self._send(node_plan, node, live, run)
+            if isinstance(answer, ReconcileOutcome):
+                return answer, live
+            node = answer
+
     def _get(self) -> dict[str, Any]:
         return call_with_retries(lambda: self.api.get_node(self.node_name), self.backoff, self._sleep,
                                  max_attempts=self.max_attempts, describe=f"GET node {self.node_name}")
 
-    def _run(self, plan: PlanFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
-             ) -> tuple[ReconcileOutcome, LiveNode | None]:
-        writes, applied, problems = 0, [], []
+    def _next_plan(self, plan: PlanFunction, live: LiveNode, run: _Pass) -> NodePlan | ReconcileOutcome:
+        """The writes still needed on ``live`` (the startup taints' removal once nothing else is)."""
         try:
-            node = node_as_dict(live_node) if live_node is not None else self._get()
-        except NodeApiError as err:
-            return self._failure(err, writes, applied, problems, None), None
-        conflicts = stale_rereads = 0
-        remove_startup = False
-        desired = DesiredNodeState()
-        while True:
-            live = LiveNode.from_dict(node)
-            self._notice_uid(live)
-            try:
-                desired = self._desired(plan, live)
-            except Exception as exc:  # a planning bug must not kill the agent: report it
-                log.exception("planning the desired state failed for node %s", self.node_name)
-                return self._result(live, writes, applied, problems, f"planning failed: {exc}", desired), live
-            removal = self.startup_taints if remove_startup else frozenset()
-            ownership = self._ownership(live, desired, problems, announce=True)
-            node_plan = plan_node_changes(live, desired, skip=self._skip(desired), remove_foreign_taints=removal,
-                                          ownership=ownership)
-            self._report(live, node_plan, problems)
-            for (kind, key), (_value, why) in sorted(self._rejected.items()):
-                problem = Problem("api-server", f"{kind} {key}", f"rejected by the API server, not retried while unchanged: {why}")
-                if problem not in problems:
-                    problems.append(problem)
-            if node_plan.empty:
-                if not cleaning and self.startup_taints and self._startup_done_uid != live.uid and not remove_startup:
-                    remove_startup = True
-                    continue
-                if remove_startup:
-                    self._startup_done_uid = live.uid
-                break
-            if writes >= self.max_writes:
-                return self._result(live, writes, applied, problems,
-                                    f"node {self.node_name} did not settle after {writes} writes", desired), live
-            use_status = bool(node_plan.status_ops) and (node_plan.status_first or not node_plan.metadata_patch)
-            try:
-                node = self._write(node_plan, use_status)
-            except Conflict as err:
-                conflicts += 1
-                log.info("node %s changed under us (%s); re-reading", self.node_name, err.message)
-                if conflicts > self.max_conflicts:
-                    return self._failure(err, writes, applied, problems, live, desired), live
-                node = self._reread(writes, applied, problems, live, desired)
-                if isinstance(node, ReconcileOutcome):
-                    return node, live
-                continue
-            except Invalid as err:
-                refs = self._blame(err, node_plan, use_status, desired)
-                if refs:
-                    continue  # same live node: the refused request changed nothing
-                stale_rereads += 1
-                if stale_rereads > 1:
-                    return self._failure(err, writes, applied, problems, live, desired), live
-                node = self._reread(writes, applied, problems, live, desired)
-                if isinstance(node, ReconcileOutcome):
-                    return node, live
-                continue
-            except NodeApiError as err:
-                return self._failure(err, writes, applied, problems, live, desired), live
-            writes += 1
-            changes = node_plan.status_changes if use_status else node_plan.metadata_changes
-            self._announce(live.uid, changes, use_status, cleaning, applied)
+            run.desired = self._desired(plan, live)
+        except Exception as exc:  # a planning bug must not kill the agent: report it
+            log.exception("planning the desired state failed for node %s", self.node_name)
+            return self._result(live, run, f"planning failed: {exc}")
+        ownership = self._ownership(live, run.desired, run.problems, announce=True)
+        node_plan = self._plan_changes(live, run, ownership)
+        if node_plan.empty and self._startup_taints_due(live, run):
+            run.remove_startup = True
+            node_plan = self._plan_changes(live, run, ownership)
+        self._report(live, node_plan, run)
+        for problem in self._refused.problems():
+            run.note(problem)
+        return node_plan
+
+    def _plan_changes(self, live: LiveNode, run: _Pass, ownership: Ownership) -> NodePlan:
+        assert run.desired is not None
+        removal = self.startup_taints if run.remove_startup else frozenset()
+        return plan_node_changes(live, run.desired, skip=self._skip(run.desired), remove_foreign_taints=removal,
+                                 ownership=ownership)
+
+    def _startup_taints_due(self, live: LiveNode, run: _Pass) -> bool:
+        """The first converged pass on this Node (uid) also removes the startup taints."""
+        return (not run.cleaning and bool(self.startup_taints) and self._startup_done_uid != live.uid
+                and not run.remove_startup)
+
+    def _converged(self, live: LiveNode, run: _Pass) -> ReconcileOutcome:
+        if run.remove_startup:
+            self._startup_done_uid = live.uid
         self.backoff.success()
-        if self.events.backlog and not cleaning:
+        if self.events.backlog and not run.cleaning:
             self.events.flush(live.uid)
-        return self._result(live, writes, applied, problems, None, desired), live
+        return self._result(live, run, None)
+
+    def _send(self, node_plan: NodePlan, node: dict[str, Any], live: LiveNode, run: _Pass
+              ) -> dict[str, Any] | ReconcileOutcome:
+        """One write of ``node_plan``; the Node to plan on next, or how the pass ends."""
+        assert run.desired is not None
+        use_status = bool(node_plan.status_ops) and (node_plan.status_first or not node_plan.metadata_patch)
+        try:
+            answer = self._write(node_plan, use_status)
+        except Conflict as err:
+            run.conflicts += 1
+            log.info("node %s changed under us (%s); re-reading", self.node_name, err.message)
+            if run.conflicts > self.max_conflicts:
+                return self._failure(err, run, live)
+            return self._reread(run, live)
+        except Invalid as err:
+            if self._blame(err, node_plan, use_status, run.desired):
+                return node  # the refused request changed nothing: plan again without those items
+            run.stale_rereads += 1
+            if run.stale_rereads > 1:
+                return self._failure(err, run, live)
+            return self._reread(run, live)
+        except NodeApiError as err:
+            return self._failure(err, run, live)
+        run.writes += 1
+        self._announce(live.uid, node_plan.status_changes if use_status else node_plan.metadata_changes,
+                       use_status, run)
+        return answer
+
+    def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
+        if use_status:
+            call = lambda: self.api.patch_status(self.node_name, node_plan.status_ops)
+        else:
+            call = lambda: self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})
+        return call_with_retries(call, self.backoff, self._sleep, max_attempts=self.max_attempts,
+                                 describe=f"PATCH node {self.node_name}{'/status' if use_status else ''}")
+
+    def _reread(self, run: _Pass, live: LiveNode) -> dict[str, Any] | ReconcileOutcome:
+        try:
+            return self._get()
+        except NodeApiError as err:
+            return self._failure(err, run, live)
 
     def _track_partial(self, outcome: ReconcileOutcome, live: LiveNode | None) -> None:
-        """Labels/taints and ``status.capacity`` are two PATCHes (issue 15): when only one went
-        in, the Node carries a label without its resource (or the reverse). Remember what is
-        missing so the agent can say so (metric, readiness) until a pass completes the Node;
-        the retry that completes it is the agent's normal short backoff."""
+        """Labels/taints and ``status.capacity`` are two PATCHes: when only one went in, the
+        Node carries a label without its resource (or the reverse). Remember what is missing
+        so the agent can say so (metric, readiness) until a pass completes the Node; the
+        retry that completes it is the agent's normal short backoff."""
         if outcome.ok:
             if self._partial:
                 log.info("node %s: partial update completed after %.1fs", self.node_name,
@@ -250,6 +324,7 @@ class Reconciler:
             self._partial_since = None
         self._partial = missing
 
+    # -- pieces ---------------------------------------------------------------------------
     def _ownership(self, live: LiveNode, desired: DesiredNodeState, problems: list[Problem], *,
                    announce: bool) -> Ownership:
         """The record, checked against what the agent could produce (``claims``); rebuilt from
@@ -274,21 +349,6 @@ class Reconciler:
             self.events.record(live.uid, ev.REASON_RECORD_REBUILT, ev.summarize([text]), warning=True)
         return checked.ownership
 
-    def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
-        if use_status:
-            call = lambda: self.api.patch_status(self.node_name, node_plan.status_ops)  # noqa: E731
-        else:
-            call = lambda: self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})  # noqa: E731
-        return call_with_retries(call, self.backoff, self._sleep, max_attempts=self.max_attempts,
-                                 describe=f"PATCH node {self.node_name}{'/status' if use_status else ''}")
-
-    def _reread(self, writes, applied, problems, live, desired) -> dict[str, Any] | ReconcileOutcome:
-        try:
-            return self._get()
-        except NodeApiError as err:
-            return self._failure(err, writes, applied, problems, live, desired)
-
-    # -- pieces ---------------------------------------------------------------------------
     def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
         owned = parse_ownership(live.annotations).labels
         foreign = {k: v for k, v in live.labels.items() if k not in owned}
@@ -298,64 +358,51 @@ class Reconciler:
         return self._cached[1]
 
     def _skip(self, desired: DesiredNodeState) -> frozenset[ItemRef]:
-        """Items the server refused, for as long as we still want the value it refused."""
-        wanted: dict[ItemRef, str | None] = {}
-        wanted.update({("label", k): v for k, v in desired.labels.items()})
-        wanted.update({("annotation", k): v for k, v in desired.annotations.items()})
-        wanted.update({("resource", k): str(v) for k, v in desired.extended_resources.items()})
-        wanted.update({taint_ref(*t.identity): t.value for t in desired.taints})
-        for ref, value in list(self._rejected.items()):
-            if wanted.get(ref) != value[0]:
-                del self._rejected[ref]  # the wish changed: worth another try
-        return frozenset(self._rejected)
+        """Items left exactly as they are: those the server refused (``RefusedItems``)."""
+        return self._refused.skip(wanted_items(desired))
 
     def _blame(self, err: Invalid, node_plan: NodePlan, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
         refs = rejected_items(err.causes, err.message,
                               metadata_patch=None if use_status else node_plan.metadata_patch,
                               status_ops=node_plan.status_ops if use_status else (),
                               our_taints=[f"{t.key}:{t.effect}" for t in desired.taints])
-        refs -= set(self._rejected)
+        reason = "; ".join(c.message for c in err.causes) or err.message
+        refs = self._refused.add(refs, wanted_items(desired), reason)
         if not refs:
             log.warning("node %s: the API server rejected our patch and named no item we sent (%s); re-reading",
                         self.node_name, err.message, extra={"node": self.node_name, "event": "rejected"})
-            return refs
-        values = {("label", k): v for k, v in desired.labels.items()}
-        values.update({("annotation", k): v for k, v in desired.annotations.items()})
-        values.update({("resource", k): str(v) for k, v in desired.extended_resources.items()})
-        values.update({taint_ref(*t.identity): t.value for t in desired.taints})
-        reason = "; ".join(c.message for c in err.causes) or err.message
         for ref in sorted(refs):
-            self._rejected[ref] = (values.get(ref), reason)
             text = f"{ref[0]} {ref[1]} rejected by the API server, skipped: {reason}"
-            log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "rejected", "change": f"{ref[0]} {ref[1]}"})
+            log.warning("node %s: %s", self.node_name, text,
+                        extra={"node": self.node_name, "event": "rejected", "change": f"{ref[0]} {ref[1]}"})
             self.events.record(self._node_uid, ev.REASON_REJECTED, text, warning=True)
         return refs
 
-    def _report(self, live: LiveNode, node_plan: NodePlan, problems: list[Problem]) -> None:
+    def _report(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> None:
         """Clashes and refusals: into the outcome every time, into the log/Events once."""
         current = set()
         for clash in node_plan.clashes:
             key = (clash.kind, clash.key, clash.wanted, clash.found)
             current.add(key)
-            problem = clash.as_problem()
-            if problem not in problems:
-                problems.append(problem)
+            run.note(clash.as_problem())
             if key not in self._reported:
                 self._reported.add(key)
-                log.warning("node %s: %s", self.node_name, clash, extra={"node": self.node_name, "event": "clash", "change": f"{clash.kind} {clash.key}"})
+                log.warning("node %s: %s", self.node_name, clash,
+                            extra={"node": self.node_name, "event": "clash", "change": f"{clash.kind} {clash.key}"})
                 self.events.record(live.uid, ev.REASON_CLASH, str(clash), warning=True)
         self._reported &= current  # a clash that went away and comes back is reported again
         for problem in node_plan.refused:
-            if problem not in problems:
-                problems.append(problem)
+            if problem not in run.problems:
+                run.problems.append(problem)
                 log.warning("node %s: not sent: %s", self.node_name, problem, extra={"node": self.node_name, "event": "refused"})
 
-    def _announce(self, uid: str, changes: Iterable[Change], status: bool, cleaning: bool, applied: list[str]) -> None:
+    def _announce(self, uid: str, changes: Iterable[Change], status: bool, run: _Pass) -> None:
+        changes = tuple(changes)
         lines = _readable(changes)
         for line in lines:
             log.info("node %s: %s", self.node_name, line, extra={"node": self.node_name, "event": "applied", "change": line})
-        applied.extend(lines)
-        if cleaning:
+        run.applied.extend(lines)
+        if run.cleaning:
             reason = ev.REASON_CLEANED
         elif status:
             reason = ev.REASON_RESTORED if any(c.action == "restore" for c in changes) else ev.REASON_RESOURCES
@@ -371,28 +418,17 @@ class Reconciler:
         if live.uid:
             self._node_uid = live.uid
 
-    def _result(self, live: LiveNode, writes: int, applied: list[str], problems: list[Problem], error: str | None,
-                desired: DesiredNodeState | None, retry_after: float | None = None) -> ReconcileOutcome:
-        return ReconcileOutcome(changed=writes > 0, writes=writes, applied=tuple(applied), problems=tuple(problems),
-                                error=error, node_uid=live.uid, resource_version=live.resource_version,
-                                retry_after=retry_after, desired=desired)
+    def _result(self, live: LiveNode, run: _Pass, error: str | None) -> ReconcileOutcome:
+        return ReconcileOutcome(changed=run.writes > 0, writes=run.writes, applied=tuple(run.applied),
+                                problems=tuple(run.problems), error=error, node_uid=live.uid,
+                                resource_version=live.resource_version, desired=run.desired)
 
-    def _failure(self, err: NodeApiError, writes: int, applied: list[str], problems: list[Problem],
-                 live: LiveNode | None, desired: DesiredNodeState | None = None) -> ReconcileOutcome:
+    def _failure(self, err: NodeApiError, run: _Pass, live: LiveNode | None) -> ReconcileOutcome:
         """Turn an API error into an outcome, with a clear log line and a backoff delay."""
-        if isinstance(err, Forbidden):
-            text = (f"forbidden: the agent's ServiceAccount may not do this ({err.message}); check the ClusterRole "
-                    "(nodes: get/list/watch/patch, nodes/status: patch, events: create in default) and, for a 403 "
-                    "naming node-feature-agent-own-node, the admission policy (deploy/README.md)")
-        elif isinstance(err, NodeNotFound):
-            text = f"node {self.node_name} not found (deleted, not registered yet, or a wrong --node-name); waiting"
-        elif isinstance(err, Transient):
-            text = f"API server unreachable or failing after {self.max_attempts} attempts: {err}"
-        else:
-            text = str(err)
+        text = _failure_text(err, self.node_name, self.max_attempts)
         delay = self.backoff.next_delay(err.retry_after)
         log.error("node %s: %s (next attempt in %.1fs)", self.node_name, text, delay, extra={"node": self.node_name, "event": "error"})
-        return ReconcileOutcome(changed=writes > 0, writes=writes, applied=tuple(applied), problems=tuple(problems),
-                                error=text, node_uid=live.uid if live else self._node_uid,
-                                resource_version=live.resource_version if live else "", retry_after=delay, desired=desired,
-                                node_missing=isinstance(err, NodeNotFound))
+        return ReconcileOutcome(changed=run.writes > 0, writes=run.writes, applied=tuple(run.applied),
+                                problems=tuple(run.problems), error=text, node_uid=live.uid if live else self._node_uid,
+                                resource_version=live.resource_version if live else "", retry_after=delay,
+                                desired=run.desired, node_missing=isinstance(err, NodeNotFound))

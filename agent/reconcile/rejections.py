@@ -12,9 +12,10 @@ a 422 with a generic message and no causes: it names no item, and the caller re-
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from agent.desired import OWNERSHIP_ANNOTATIONS
+from agent.desired import OWNERSHIP_ANNOTATIONS, Problem
 from agent.reconcile.model import ItemRef, taint_ref
 from agent.reconcile.node_api import StatusCause
 
@@ -39,10 +40,10 @@ def _map_items(field: str, message: str, reason: str, sent: Mapping[str, Any], k
     hits = {(kind, k) for k, v in candidates.items() if k in quoted or (v and str(v) in quoted)}
     if hits:
         return hits
-    if kind == "annotation" and ("TooLong" in reason or "Too long" in message or "at most" in message):
-        if candidates:  # total size over 256 KiB: drop our largest one
-            largest = max(candidates, key=lambda k: (len(k) + len(str(candidates[k])), k))
-            return {(kind, largest)}
+    too_long = "TooLong" in reason or "Too long" in message or "at most" in message
+    if kind == "annotation" and too_long and candidates:  # total size over 256 KiB: drop our largest one
+        largest = max(candidates, key=lambda k: (len(k) + len(str(candidates[k])), k))
+        return {(kind, largest)}
     if len(candidates) == 1:
         return {(kind, next(iter(candidates)))}
     return set()
@@ -104,3 +105,32 @@ def rejected_items(
             quoted = _quoted(text)
             found |= {("label", k) for k, v in labels.items() if v is not None and (k in quoted or v in quoted)}
     return found
+
+
+class RefusedItems:
+    """Items the API server refused (422), skipped for as long as the agent still wants the
+    value it refused: a new wish is worth another try, the same one would be refused again."""
+
+    def __init__(self) -> None:
+        self._refused: dict[ItemRef, tuple[str | None, str]] = {}  # item -> (refused value, why)
+
+    def skip(self, wanted: Mapping[ItemRef, str]) -> frozenset[ItemRef]:
+        """The items to leave as they are; forgets those whose wish changed."""
+        for ref, (value, _why) in list(self._refused.items()):
+            if wanted.get(ref) != value:
+                del self._refused[ref]
+        return frozenset(self._refused)
+
+    def add(self, refs: Iterable[ItemRef], wanted: Mapping[ItemRef, str], why: str) -> set[ItemRef]:
+        """Remember ``refs`` as refused with this value; returns those not known already."""
+        new = {ref for ref in refs if ref not in self._refused}
+        for ref in new:
+            self._refused[ref] = (wanted.get(ref), why)
+        return new
+
+    def known(self) -> frozenset[ItemRef]:
+        return frozenset(self._refused)
+
+    def problems(self) -> list[Problem]:
+        return [Problem("api-server", f"{kind} {key}", f"rejected by the API server, not retried while unchanged: {why}")
+                for (kind, key), (_value, why) in sorted(self._refused.items())]

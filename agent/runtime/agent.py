@@ -4,19 +4,20 @@ Threads (all daemon, all stopped by ``stop``): the worker (owns HostFS, discover
 the Reconciler: neither is shared; catalogue reloads are locked), the hotplug monitor or
 poller, the rules watcher, the Node watch, the HTTP server. Event threads only ``put``.
 
-One pass (``_process``):
+One pass (``_process``), each step a method:
 
-1. rules: the watcher thread judges each edit when seen (last good kept) and queues a
-   ``rules`` trigger for an accepted one; a ``resync`` reloads too;
-2. discovery: rerun the sources the batch names (hotplug -> the mapped ones; startup,
-   resync -> all), keep the rest cached;
-3. reconcile with ``plan_fn(node_labels) = rules.plan_node(features, labels, node_labels,
-   catalogue)``, on the Node the watch last delivered when it is provably newer than our own
-   last write, else on a fresh GET;
-4. on error, end the pass and schedule a retry after the Reconciler's ``retry_after``
-   (backoff, Retry-After); any event before then starts a fresh pass at once.
+1. skip our own echo: a Node-only batch carrying a version we wrote (``RecordingNodeApi``);
+2. reload: the watcher threads judge each rules or ``--config`` edit when seen (last good
+   kept) and queue a ``rules`` trigger for an accepted one; a ``resync`` reloads too;
+3. rediscover the sources the batch names (hotplug -> the mapped ones; startup, resync ->
+   all), keep the rest cached;
+4. reconcile with the ``NodePlanner`` of this discovery and catalogue, on the Node the watch
+   last delivered when it is provably newer than our own last write, else on a fresh GET; on
+   an error the pass ends and a retry is scheduled after the Reconciler's ``retry_after``
+   (backoff, Retry-After); any event before then starts a fresh pass at once;
+5. publish devices to the device plugins (``--device-plugin=on``);
+6. report: the pass's one Event, metrics, a log line; readiness and the pod guard.
 
-Node-only batches that are echoes of our own writes are dropped (``RecordingNodeApi``).
 Resync: every ``resync_interval`` seconds +/- ``resync_jitter`` (a DaemonSet's agents spread
 out), full rediscovery + reload; with a live watch it costs no API request when nothing changed.
 Startup taints go after the first converged reconcile (the Reconciler does it).
@@ -33,71 +34,39 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from agent.config import claim_policy
-from agent.desired import Taint
 from agent.discovery import DiscoveryConfig
 from agent.hostfs import HostFS
-from agent.reconcile import BackoffSettings, NodeApi, Reconciler
+from agent.reconcile import NodeApi, ReconcileOutcome, Reconciler
 from agent.runtime import queue as q
 from agent.runtime.api_metrics import instrument
+from agent.runtime.config_state import WorkerConfigState
+from agent.runtime.device_events import DeviceEvents
+from agent.runtime.device_service import DeviceService
 from agent.runtime.discovery_cache import DiscoveryCache
-from agent.runtime.event_sources import EventSource, EventSourceError, open_source, parse_mode
+from agent.runtime.event_sources import EventSource
 from agent.runtime.health import HealthServer
 from agent.runtime.hotplug import HotplugMonitor, Poller
 from agent.runtime.metrics import AgentMetrics
-from agent.runtime.node_watch import DEFAULT_READ_TIMEOUT, DEFAULT_WATCH_TIMEOUT, NodeWatcher
+from agent.runtime.node_watch import NodeWatcher
+from agent.runtime.planner import NodePlanner
 from agent.runtime.pod_guard import PodGuard
 from agent.runtime.recording_api import RecordingNodeApi
 from agent.runtime.rules_state import RulesState
 from agent.runtime.rules_watch import RulesWatcher
-from agent.runtime.silent_monitor import SilentMonitorCheck
+from agent.runtime.settings import Settings
 from agent.runtime.subsystems import ends_burst, sources_for
 from agent.runtime.uevent import UEvent
-from agent.sources import SOURCE_NAMES
+
+__all__ = ["Agent", "Settings", "Stopping"]
 
 log = logging.getLogger(__name__)
 
 REASON_RULES_INVALID = "RulesInvalid"
 REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
-
-
-@dataclass
-class Settings:
-    node_name: str
-    rules_dirs: Sequence[str]
-    host_root: str = "/"
-    sources: Sequence[str] = SOURCE_NAMES
-    discovery_config: DiscoveryConfig | None = None
-    config_path: str = ""  # --config: reloaded on edits (runtime.config_state)
-    sources_from_flag: bool = False  # --sources given: the file's core.featureSources never applies
-    rule_options: Any = None
-    resync_interval: float = 600.0
-    resync_jitter: float = 0.1
-    startup_jitter: float = 0.0
-    debounce: float = 0.04  # quiet gap that ends a burst of device events (queue.py)
-    debounce_max: float = 0.25
-    udev_mode: str = "kernel"
-    poll_interval: float = 5.0
-    startup_taints: Sequence[Taint] = ()
-    pod_guard: bool = False
-    evict_orphans: bool = False
-    metrics_port: int | None = 8080  # None: no HTTP server
-    metrics_host: str = ""
-    watch_node: bool = True
-    watch_rules: bool = True
-    watch_timeout: int = DEFAULT_WATCH_TIMEOUT
-    watch_read_timeout: float = DEFAULT_READ_TIMEOUT
-    fresh_node_age: float = 150.0
-    stuck_after: float = 300.0
-    emit_events: bool = True
-    retries: int = 1  # tries per request inside a pass; 1: a failure ends the pass, the retry is scheduled
-    device_plugin: bool = False  # serve the catalogue's declared devices to kubelet (agent.runtime.device_service)
-    device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
-    backoff: BackoffSettings = field(default_factory=BackoffSettings)
 
 
 class Stopping(Exception):
@@ -109,34 +78,31 @@ class Agent:
                  event_source: EventSource | None = None, rng: random.Random | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or AgentMetrics()
-        self.hotplug_degraded = ""  # why device events come from a fallback (not ready while set)
         self.api = api if isinstance(api, RecordingNodeApi) else RecordingNodeApi.wrap(api)
         instrument(self.api.core.api_client, self.metrics.api_request)
-        self._event_source = event_source
         self._rng = rng or random.Random()
         self.queue = q.TriggerQueue(debounce=settings.debounce, debounce_max=max(settings.debounce, settings.debounce_max))
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self._busy_since: float | None = None
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
+        self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
                                      max_attempts=max(1, settings.retries), backoff=settings.backoff,
                                      claims=claim_policy(settings.rule_options, lambda: self.rules.catalogue,
                                                          settings.startup_taints))
-        self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
                                         settings.sources, observe=self._observe_discovery,
                                         on_degraded=self._source_degraded)
-        self.devices = None
+        self.devices: DeviceService | None = None
         if settings.device_plugin:
-            from agent.runtime.device_service import DeviceService
-
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
-        self.monitor: HotplugMonitor | None = None
-        self.poller: Poller | None = None
+        self.device_events = DeviceEvents(settings.udev_mode, settings.host_root, settings.poll_interval,
+                                          settings.sources, settings.node_name, self.metrics, self._hotplug,
+                                          event_source)
         self.rules_watcher: RulesWatcher | None = None
         self.config_watcher: RulesWatcher | None = None
         self.worker_config = self._worker_config_state()
@@ -144,24 +110,31 @@ class Agent:
         self.node_watcher: NodeWatcher | None = None
         self.http: HealthServer | None = None
         self.passes = 0
-        self.last_outcome = None
-        self._plan_key: tuple | None = None
-        self._plan = None
+        self.last_outcome: ReconcileOutcome | None = None
+        self._plan_key: tuple[object, ...] | None = None
+        self._plan: NodePlanner | None = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
         self._retry_at: float | None = None
         self._rules_generation = self.rules.generation
         self._node_missing = False
         self._node_deliveries = 0
-        self._silent = SilentMonitorCheck()
+
+    @property
+    def monitor(self) -> HotplugMonitor | None:
+        return self.device_events.monitor
+
+    @property
+    def poller(self) -> Poller | None:
+        return self.device_events.poller
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> "Agent":
+    def start(self) -> Agent:
         s = self.settings
         if s.metrics_port is not None:
             self.http = HealthServer(s.metrics_port, self.metrics.render, self.healthy, self.is_ready,
                                      host=s.metrics_host).start()
-        self._start_hotplug()
+        self.device_events.start()
         if self.devices is not None:
             self.devices.start()
         if s.watch_rules:
@@ -180,59 +153,13 @@ class Agent:
                  s.udev_mode, s.resync_interval, delay, extra={"node": s.node_name, "event": "started"})
         return self
 
-    def _start_hotplug(self) -> None:
-        mode, _path = parse_mode(self.settings.udev_mode)
-        source = self._event_source
-        if source is None and mode not in ("poll", "off"):
-            try:
-                source = open_source(self.settings.udev_mode, self._monitored())
-            except EventSourceError as err:
-                source = self._fallback_source(mode, err)
-                mode = "kernel" if source is not None else "poll"
-        if source is not None:
-            self.monitor = HotplugMonitor(source, self._hotplug).start()
-        elif mode == "poll":
-            self.poller = Poller(HostFS(self.settings.host_root), self._hotplug, self.settings.poll_interval).start()
-
-    def _fallback_source(self, mode: str, err: EventSourceError) -> EventSource | None:
-        """No silent loss of device events: udev mode without udevd's socket falls back to kernel
-        uevents (they reach a pod's own network namespace), anything else to polling; either way
-        a log line, ``nfa_udev_fallback_active`` and a not-ready reason say so."""
-        source = None
-        if mode == "udev":
-            try:
-                source = open_source("kernel", self._monitored())
-            except EventSourceError as kernel_err:
-                err = EventSourceError(f"{err}; kernel uevents: {kernel_err}")
-        instead = ("kernel uevents instead" if source is not None else
-                   f"polling PCI/USB/net/block/device-tree listings every {self.settings.poll_interval:.0f}s instead")
-        log.warning("cannot receive device events (%s); %s", err, instead,
-                    extra={"node": self.settings.node_name, "event": "udev-fallback"})
-        self.metrics.udev_fallback.set(1)
-        self.hotplug_degraded = f"HotplugFallback: --udev-mode={mode} unusable ({err}); using {instead}"
-        return source
-
-    def _events_silent(self, sources: list[str]) -> None:
-        """The monitor opened but delivers nothing (``silent_monitor``): poll as well, and say so."""
-        why = (f"a resync found {'/'.join(s.upper() for s in sources)} devices changed that no device event "
-               f"announced (--udev-mode={self.settings.udev_mode} delivers nothing in this pod)")
-        log.warning("%s; polling every %.0fs as well", why, self.settings.poll_interval,
-                    extra={"node": self.settings.node_name, "event": "udev-fallback"})
-        self.metrics.udev_fallback.set(1)
-        self.hotplug_degraded = f"HotplugSilent: {why}; polling every {self.settings.poll_interval:.0f}s as well"
-        self.poller = Poller(HostFS(self.settings.host_root), self._hotplug, self.settings.poll_interval).start()
-
-    def _monitored(self) -> list[str]:
-        from agent.runtime.subsystems import SUBSYSTEM_SOURCES
-
-        return sorted(k for k, v in SUBSYSTEM_SOURCES.items() if set(v) & set(self.settings.sources))
-
     def stop(self, timeout: float = 4.0) -> bool:
         """Stop everything; True if the worker finished (False: an in-flight call was abandoned)."""
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self.queue.stop()
-        for part in (self.monitor, self.poller, self.rules_watcher, self.config_watcher, self.node_watcher):
+        self.device_events.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        for part in (self.rules_watcher, self.config_watcher, self.node_watcher):
             if part is not None:
                 part.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         finished = True
@@ -260,20 +187,21 @@ class Agent:
         busy = self._busy_since
         if busy is not None and time.monotonic() - busy > self.settings.stuck_after:
             return False, f"one reconcile pass has been running for {time.monotonic() - busy:.0f}s"
-        for name, part in (("hotplug monitor", self.monitor), ("poller", self.poller),
-                           ("node watch", self.node_watcher), ("rules watcher", self.rules_watcher),
-                           ("device plugin", self.devices),
-                           ("config watcher", self.config_watcher)):
-            if part is not None and not part.alive() and not self._stopping.is_set():
-                return False, f"{name} thread died"
+        dead = self.device_events.dead()
+        for name, part in (("node watch", self.node_watcher), ("rules watcher", self.rules_watcher),
+                           ("device plugin", self.devices), ("config watcher", self.config_watcher)):
+            if part is not None and not part.alive():
+                dead = dead or name
+        if dead and not self._stopping.is_set():
+            return False, f"{dead} thread died"
         return True, "ok"
 
     def is_ready(self) -> tuple[bool, str]:
         degraded = dict(self.discovery.degraded)
         if degraded:
             return False, "SourceDegraded: " + "; ".join(f"{n}: {why}" for n, why in sorted(degraded.items()))
-        if self.hotplug_degraded:
-            return False, self.hotplug_degraded
+        if self.device_events.degraded:
+            return False, self.device_events.degraded
         partial = self.reconciler.partial
         if partial:
             return False, "PartiallyApplied: the Node got only part of a pass's writes; still missing: " + "; ".join(partial)
@@ -295,7 +223,7 @@ class Agent:
         sources = sources_for(event.subsystem, self.settings.sources)
         log.debug("device event %s %s %s", event.action, event.subsystem, event.devpath,
                   extra={"node": self.settings.node_name, "event": "hotplug"})
-        self._silent.event(sources)
+        self.device_events.silent.event(sources)
         if sources:
             self.queue.put(q.HOTPLUG, sources=sources, settled=ends_burst(event.subsystem, event.action, event.properties))
 
@@ -315,11 +243,9 @@ class Agent:
             self.metrics.rules_reloads.labels("accepted").inc()
             self.queue.put(q.RULES)
 
-    def _worker_config_state(self):
+    def _worker_config_state(self) -> WorkerConfigState | None:
         if not self.settings.config_path:
             return None
-        from agent.runtime.config_state import WorkerConfigState
-
         return WorkerConfigState(self.settings.config_path, self.settings.node_name,
                                  on_rejected=self._config_rejected)
 
@@ -364,11 +290,6 @@ class Agent:
         must start a fresh pass from the current host state at once (issue 15)."""
         self._retry_at = time.monotonic() + max(0.0, delay)
 
-    def retry_in(self) -> float | None:
-        """Seconds until the scheduled retry of a failed pass (None: none scheduled)."""
-        retry_at = self._retry_at
-        return None if retry_at is None else max(0.0, retry_at - time.monotonic())
-
     def _jittered(self) -> float:
         s = self.settings
         return s.resync_interval * (1 + s.resync_jitter * (2 * self._rng.random() - 1))
@@ -402,33 +323,16 @@ class Agent:
             if q.RESYNC in batch.kinds:
                 self._next_resync = time.monotonic() + self._jittered()
 
-    def _plan_fn(self):
+    def _planner(self) -> NodePlanner:
+        """The plan function for this pass, rebuilt only when discovery, rules or the set of
+        undetermined features changed (the Reconciler re-plans for a new one)."""
+        assert self.discovery.current is not None
         unanswered = self.discovery.unanswered_labels()
         key = (self.discovery.generation, self.rules.generation, tuple(unanswered.items()))
-        if key != self._plan_key:
-            import dataclasses
-
-            from agent import rules
-            from agent.rules.held import held_label_keys
-
-            found, catalogue, options = self.discovery.current, self.rules.catalogue, self.settings.rule_options
-            features, labels, origins = found.features, found.labels, found.label_origins
-
-            handing_over = self.devices is not None
-            # a feature this pass cannot decide, with no earlier answer: keep the Node's labels it decides
-            held = held_label_keys(catalogue, options, unanswered) if unanswered else frozenset()
-
-            def plan(node_labels):
-                state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
-                if unanswered:
-                    state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None)
-                if handing_over:
-                    from agent.runtime.device_service import hand_to_kubelet
-
-                    state = hand_to_kubelet(state)
-                return state
-
-            self._plan, self._plan_key = plan, key
+        if self._plan is None or key != self._plan_key:
+            self._plan = NodePlanner.build(self.discovery.current, self.rules.catalogue, self.settings.rule_options,
+                                           unanswered, handing_over=self.devices is not None)
+            self._plan_key = key
         return self._plan
 
     def _live_node(self) -> dict[str, Any] | None:
@@ -438,70 +342,113 @@ class Agent:
         return self.node_watcher.node_after(self.api.last_own_version(), self.settings.fresh_node_age)
 
     def _process(self, batch: q.Batch) -> None:
+        """One pass: skip our own echo, reload, rediscover, reconcile, publish devices, report."""
         started = time.perf_counter()
-        kinds = batch.kinds
-        if kinds == {q.NODE}:
-            node = batch.node or {}
-            rv = str((node.get("metadata") or {}).get("resourceVersion") or "")
-            if self.api.is_own_version(rv):
-                return  # the echo of our own write: the Reconciler already saw this state
-        if q.RESYNC in kinds and self.rules.reload().changed:  # an edit the watcher missed
-            self.metrics.rules_reloads.labels("accepted").inc()
-        if q.RESYNC in kinds and self.worker_config is not None:
-            self.worker_config.reload()  # an edit the watcher missed
+        if self._own_echo(batch):
+            return
+        rules_changed = self._reload(batch)
+        if batch.kinds == {q.RULES} and not rules_changed:
+            return  # nothing to redo; a Warning held for this pass still goes out (``_work``)
+        rerun = self._rediscover(batch)
+        plan = self._planner()
+        outcome = self._reconcile(plan)
+        self._publish_devices(outcome, plan)
+        self._report(batch, outcome, rerun, started)
+        self._follow_up(outcome, rerun, rules_changed)
+
+    def _own_echo(self, batch: q.Batch) -> bool:
+        """A Node-only batch carrying a version we wrote: the Reconciler already saw that state."""
+        if batch.kinds != {q.NODE}:
+            return False
+        node = batch.node or {}
+        return self.api.is_own_version(str((node.get("metadata") or {}).get("resourceVersion") or ""))
+
+    def _reload(self, batch: q.Batch) -> bool:
+        """Whether the catalogue or the ``--config`` in force changed since the last pass. A
+        resync also reloads both, for an edit their watchers missed."""
+        if q.RESYNC in batch.kinds:
+            if self.rules.reload().changed:
+                self.metrics.rules_reloads.labels("accepted").inc()
+            if self.worker_config is not None:
+                self.worker_config.reload()
         config_changed = self._apply_config()
         rules_changed = self.rules.generation != self._rules_generation or config_changed
         self._rules_generation = self.rules.generation
-        if kinds == {q.RULES} and not rules_changed:
-            return
-        mark, before = self._silent.mark(), (self.discovery.current.results if self.discovery.current else None)
-        rerun = self.discovery.refresh(batch.sources) if (batch.sources is None or batch.sources) else ()
-        if self.monitor is not None and rerun:
-            silent = self._silent.judge(mark, q.RESYNC in kinds and q.HOTPLUG not in kinds, rerun, before,
-                                        self.discovery.current.results)
-            if silent and self.poller is None:
-                self._events_silent(silent)
-        plan = self._plan_fn()
+        return rules_changed
+
+    def _rediscover(self, batch: q.Batch) -> tuple[str, ...]:
+        """Rerun the sources the batch names (None: all); returns those rerun. A resync that
+        finds devices changed with no device event means the monitor is silent: poll too."""
+        if batch.sources is not None and not batch.sources:
+            return ()
+        mark, current = self.device_events.silent.mark(), self.discovery.current
+        before = current.results if current is not None else None
+        rerun = self.discovery.refresh(batch.sources)
+        events = self.device_events
+        if events.monitor is not None and rerun and self.discovery.current is not None:
+            resync_only = q.RESYNC in batch.kinds and q.HOTPLUG not in batch.kinds
+            silent = events.silent.judge(mark, resync_only, rerun, before, self.discovery.current.results)
+            if silent and events.poller is None:
+                events.events_silent(silent)
+        return rerun
+
+    def _reconcile(self, plan: NodePlanner) -> ReconcileOutcome:
+        """Take the Node to ``plan``; on an error schedule the retry (at once when the Node
+        registered while this pass got its 404: that event came before ``_node_missing``)."""
         deliveries = self._node_deliveries
-        # this pass starts from the current state and schedules its own retry; a batch that ends
-        # above (the echo of our own write, an unchanged rules file) must keep the pending one
+        # this pass starts from the current state and schedules its own retry; a batch that
+        # ended before reconciling (our own echo, an unchanged rules file) keeps the pending one
         self._retry_at = None
         outcome = self.reconciler.reconcile(plan, live_node=self._live_node())
-        self.passes += 1
-        self.last_outcome = outcome
         self._node_missing = outcome.node_missing
         self.metrics.partially_applied.set(1 if outcome.partial else 0)
-        if self.devices is not None:  # the same pass, whatever the API server said
-            self.devices.publish(outcome.desired or plan({}), self.api.last_node)
-        self.reconciler.events.release()  # the pass's one Event (discovery's Warnings included)
-        desired = outcome.desired
-        if outcome.error:
-            result = "error"
-        elif any(p.origin == "api-server" for p in outcome.problems):
-            result = "rejected"
-        else:
-            result = "applied" if outcome.writes else "unchanged"
-        self.metrics.reconciled(result, owned_labels=len(desired.labels) if desired and outcome.ok else None,
-                                owned_resources=len(desired.extended_resources) if desired and outcome.ok else None)
-        log.info("reconcile (%s%s): %s, %d write(s) in %.0f ms", ",".join(sorted(kinds)),
-                 f"; rediscovered {','.join(rerun)}" if rerun and len(rerun) < len(self.discovery.sources) else "",
+        if outcome.error and outcome.node_missing and self._node_deliveries != deliveries:
+            self.queue.put(q.RETRY)
+        elif outcome.error:
+            self._schedule_retry(outcome.retry_after if outcome.retry_after is not None else 1.0)
+        return outcome
+
+    def _publish_devices(self, outcome: ReconcileOutcome, plan: NodePlanner) -> None:
+        """The device plugins get this pass's devices whatever the API server said."""
+        if self.devices is not None:
+            self.devices.publish(outcome.desired if outcome.desired is not None else plan({}), self.api.last_node)
+
+    def _report(self, batch: q.Batch, outcome: ReconcileOutcome, rerun: tuple[str, ...], started: float) -> None:
+        """The pass's one Event, its metrics and its log line."""
+        self.reconciler.events.release()  # discovery's Warnings included
+        desired = outcome.desired if outcome.ok else None
+        result = pass_result(outcome)
+        self.metrics.reconciled(result, owned_labels=len(desired.labels) if desired else None,
+                                owned_resources=len(desired.extended_resources) if desired else None)
+        partly = rerun and len(rerun) < len(self.discovery.sources)
+        log.info("reconcile (%s%s): %s, %d write(s) in %.0f ms", ",".join(sorted(batch.kinds)),
+                 f"; rediscovered {','.join(rerun)}" if partly else "",
                  result, outcome.writes, (time.perf_counter() - started) * 1000,
                  extra={"node": self.settings.node_name, "event": "reconcile",
                         "change": "; ".join(outcome.applied)[:500] if outcome.applied else ""})
-        if outcome.error:
-            # a node that registered while this pass got its 404 was delivered before the flag was set
-            if outcome.node_missing and self._node_deliveries != deliveries:
-                self.queue.put(q.RETRY)
-            else:
-                self._schedule_retry(outcome.retry_after if outcome.retry_after is not None else 1.0)
-            return
-        if not self.ready.is_set():
-            self.ready.set()
-            log.info("node %s labelled: ready", self.settings.node_name,
-                     extra={"node": self.settings.node_name, "event": "ready"})
-        labels_now = frozenset(desired.labels) if desired else frozenset()
-        removed = self._desired_labels - labels_now
-        self._desired_labels = labels_now
-        if self.pod_guard is not None and removed and rerun and not rules_changed:
-            node = self.api.last_node or {}
-            self.pod_guard.check(removed, (node.get("metadata") or {}).get("labels") or {})
+
+    def _follow_up(self, outcome: ReconcileOutcome, rerun: tuple[str, ...], rules_changed: bool) -> None:
+        """Readiness after the first success; the pod guard for labels the hardware took away.
+        ``passes`` and ``last_outcome`` change last, so whoever reads them sees the whole pass."""
+        if outcome.ok:
+            if not self.ready.is_set():
+                self.ready.set()
+                log.info("node %s labelled: ready", self.settings.node_name,
+                         extra={"node": self.settings.node_name, "event": "ready"})
+            labels_now = frozenset(outcome.desired.labels) if outcome.desired else frozenset()
+            removed = self._desired_labels - labels_now
+            self._desired_labels = labels_now
+            if self.pod_guard is not None and removed and rerun and not rules_changed:
+                node = self.api.last_node or {}
+                self.pod_guard.check(removed, (node.get("metadata") or {}).get("labels") or {})
+        self.passes += 1
+        self.last_outcome = outcome
+
+
+def pass_result(outcome: ReconcileOutcome) -> str:
+    """``nfa_reconcile_total``'s ``result``: error, rejected (the server refused an item), applied, unchanged."""
+    if outcome.error:
+        return "error"
+    if any(p.origin == "api-server" for p in outcome.problems):
+        return "rejected"
+    return "applied" if outcome.writes else "unchanged"

@@ -100,6 +100,7 @@ def test_unplug_and_plug_reach_list_and_watch_in_the_pass_that_relabels(tmp_path
         h.inject("remove")
         kubelet.wait_list(TPU, [(coral, "Unhealthy")])
         wait_for(lambda: "accelerators/edgetpu" not in server.node(NODE)["metadata"]["labels"], what="label removed")
+        wait_for(lambda: h.agent.passes > passes, what="the pass counted")  # counted once it has ended
         assert h.agent.passes == passes + 1  # one debounced pass did both
         h.host.plug()
         h.inject("add")
@@ -107,6 +108,7 @@ def test_unplug_and_plug_reach_list_and_watch_in_the_pass_that_relabels(tmp_path
         h.inject("bind", CORAL_DEVPATH + "/2-2:1.0")
         kubelet.wait_list(TPU, [(coral, "Healthy")])
         wait_for(lambda: "accelerators/edgetpu" in server.node(NODE)["metadata"]["labels"], what="label back")
+        wait_for(lambda: h.agent.passes > passes + 1, what="the pass counted")
         assert h.agent.passes == passes + 2
         assert kubelet.allocate(TPU, [coral]).container_responses[0].devices[0].host_path == "/dev/bus/usb/002/002"
     finally:

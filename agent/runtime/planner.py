@@ -1,0 +1,56 @@
+"""The plan function one discovery and one catalogue give the Reconciler.
+
+``NodePlanner(node_labels)`` is the desired state of the Node given its foreign labels (the
+rules may read them): the catalogue evaluated on this pass's features, with two adjustments
+the run loop owns:
+
+* labels an undetermined feature decides, with no earlier answer to keep
+  (``DiscoveryCache.unanswered_labels``), are held as the Node has them
+  (``agent.rules.held``); when a templated rule reads such a feature, every label is;
+* with ``--device-plugin=on`` the resources the device plugin serves are handed to kubelet
+  (``device_service.hand_to_kubelet``).
+
+A planner is built once per (discovery generation, rules generation, undetermined features)
+and compared by identity: the Reconciler re-plans only for a new planner or new foreign labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agent import rules
+from agent.desired import DesiredNodeState
+from agent.discovery import Discovery
+from agent.features import Feature
+from agent.rules.held import held_label_keys
+from agent.runtime.device_service import hand_to_kubelet
+
+
+@dataclass(frozen=True, eq=False)
+class NodePlanner:
+    features: Mapping[str, Feature]
+    raw_labels: Mapping[str, str]
+    label_origins: Mapping[str, str]
+    catalogue: rules.Catalogue
+    options: rules.RuleOptions | None
+    holding: bool  # some feature is undetermined with no earlier answer
+    held: frozenset[str] | None  # the label keys it decides; None: every label
+    handing_over: bool  # --device-plugin=on
+
+    @classmethod
+    def build(cls, found: Discovery, catalogue: rules.Catalogue, options: rules.RuleOptions | None,
+              unanswered: Mapping[str, tuple[str, ...]], *, handing_over: bool) -> NodePlanner:
+        held = held_label_keys(catalogue, options, unanswered) if unanswered else frozenset()
+        return cls(found.features, found.labels, found.label_origins, catalogue, options, bool(unanswered), held,
+                   handing_over)
+
+    def __call__(self, node_labels: Mapping[str, str]) -> DesiredNodeState:
+        state = rules.plan_node(self.features, self.raw_labels, node_labels, self.catalogue, self.options,
+                                self.label_origins)
+        if self.holding:
+            state = dataclasses.replace(state, held_labels=self.held or frozenset(), hold_every_label=self.held is None)
+        if self.handing_over:
+            state = hand_to_kubelet(state)
+        return state
