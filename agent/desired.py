@@ -104,12 +104,14 @@ class DesiredNodeState:
     #: resource -> the devices a rule's ``devices:`` declaration matched (for the device plugin;
     #: the reconciler does not look at it)
     device_claims: Mapping[str, DeviceClaim] = field(default_factory=dict)
-    #: label keys an undetermined feature with no earlier answer decides (``agent.rules.held``):
-    #: an owned label with such a key is neither removed nor changed (fail safe = keep what the
-    #: Node has) and stays in the ownership record; ``hold_every_label``: all owned labels so
-    #: (a templated rule reads the feature, so its keys cannot be told)
+    #: label keys an undetermined feature with no earlier answer decides (``agent.rules.held``;
+    #: a key ending in ``*`` stands for every key it is a prefix of): an owned label with such a
+    #: key is neither removed nor changed (fail safe = keep what the Node has) and stays in the
+    #: ownership record; ``hold_every_label``: all owned labels so (a templated rule reads the
+    #: feature, so its keys cannot be told); ``held_resources``: the same for extended resources
     held_labels: frozenset[str] = frozenset()
     hold_every_label: bool = False
+    held_resources: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
@@ -120,6 +122,7 @@ class DesiredNodeState:
         object.__setattr__(self, "provenance", MappingProxyType(dict(self.provenance)))
         object.__setattr__(self, "problems", tuple(self.problems))
         object.__setattr__(self, "held_labels", frozenset(self.held_labels))
+        object.__setattr__(self, "held_resources", frozenset(self.held_resources))
 
     def to_json(self) -> dict[str, Any]:
         """The ``plan`` output shape."""

@@ -133,6 +133,8 @@ def _valid_labels(result: SourceResult, config: DiscoveryConfig) -> SourceResult
     whitelist = _whitelist(config.label_whitelist)
 
     def published(key: str) -> bool:
+        if key.endswith("*"):  # a pattern (SourceResult.undetermined): its keys are told on the Node
+            return labelled
         return labelled and (whitelist is None or whitelist.search(key.partition("/")[2] or key) is not None)
 
     for key, value in result.labels.items():

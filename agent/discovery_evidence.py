@@ -42,9 +42,9 @@ the labels the feature decides as the Node has them (``agent.rules.held``,
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from agent.features import SourceResult
+from agent.features import SourceResult, undetermined_key
 from agent.hostfs import HostFS
 
 #: source -> host paths, any one of which readable (a file) or listable (a directory) is evidence
@@ -99,18 +99,22 @@ def wholesale_failure(host: HostFS, name: str, new: SourceResult, previous: Sour
 def carry_undetermined(new: SourceResult, previous: SourceResult | None) -> SourceResult:
     """``new`` with each undetermined feature answered as ``previous`` answered it: the feature
     (in place of what this pass read of it: all of it, or a part such as ``storage.block``
-    without one disk) and the labels it gave (only keys ``new`` names, so nothing else comes
-    back); ``new``'s errors stay, so the failed read is still reported. No previous answer:
-    ``new`` as it is."""
+    without one disk) and the labels it gives (only keys ``new`` names for it, so nothing else
+    comes back; a ``*`` pattern's keys all as ``previous`` had them); ``new``'s errors stay, so
+    the failed read is still reported. No previous answer: ``new`` as it is."""
     if not new.undetermined or previous is None:
         return new
     features, labels, origins = dict(new.features), dict(new.labels), dict(new.label_origins)
     for feature, keys in new.undetermined.items():
         if feature in previous.features:
             features[feature] = previous.features[feature]
-        for key in keys:
-            if key in previous.labels:
-                labels[key] = previous.labels[key]
+        patterns = [k for k in keys if k.endswith("*")]
+        for key in [k for k in labels if undetermined_key(patterns, k)]:
+            del labels[key]
+            origins.pop(key, None)
+        for key, value in previous.labels.items():
+            if key in keys or undetermined_key(patterns, key):
+                labels[key] = value
                 if key in previous.label_origins:
                     origins[key] = previous.label_origins[key]
     return SourceResult(new.source, features, labels, new.errors, origins, new.undetermined)

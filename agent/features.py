@@ -70,6 +70,12 @@ def nfd_label(source: str, key: str) -> str:
     return f"{NFD_PREFIX}{source}-{key}"
 
 
+def undetermined_key(patterns: Iterable[str], key: str) -> bool:
+    """Whether ``key`` is one of ``patterns`` (``SourceResult.undetermined``'s label keys: a
+    pattern ending in ``*`` matches every key it is a prefix of)."""
+    return any(key == p or (p.endswith("*") and key.startswith(p[:-1])) for p in patterns)
+
+
 @dataclass(frozen=True)
 class Instance:
     """One device (or other repeated thing): its attributes and the host path describing it."""
@@ -158,8 +164,11 @@ class SourceResult:
     label_origins: Mapping[str, str] = field(default_factory=dict)
     #: feature name -> the label keys it gives, for each feature this pass could not determine
     #: because a read failed (an error, not evidence of absence: its answer is missing from
-    #: ``features`` and ``labels`` as NFD would leave it out). A caller holding an earlier
-    #: pass keeps that pass's answer (``agent.discovery_evidence.carry_undetermined``).
+    #: ``features`` and ``labels`` as NFD would leave it out). A key ending in ``*`` stands for
+    #: every key it is a prefix of (a device whose IDs could not be read gives a label no one
+    #: can name: ``feature.node.kubernetes.io/pci-*``; :func:`undetermined_key`). A caller
+    #: holding an earlier pass keeps that pass's answer
+    #: (``agent.discovery_evidence.carry_undetermined``).
     undetermined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

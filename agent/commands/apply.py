@@ -127,25 +127,40 @@ def run(args: argparse.Namespace) -> int:
     for problem in getattr(catalogue, "problems", ()):
         log.warning("rule catalogue: %s", problem)
 
-    # one pass has no earlier answer: the labels a feature it cannot determine decides stay as they are
-    from agent.rules.held import held_label_keys
+    # one pass has no earlier answer: what a feature it cannot determine decides stays as it is
+    from agent.rules.held import held_label_keys, held_resource_names
 
     undetermined = {f"{r.source}.{f}": keys for r in found.results.values() for f, keys in r.undetermined.items()}
     held = held_label_keys(catalogue, options, undetermined) if undetermined else frozenset()
+    held_resources = held_resource_names(catalogue, options, undetermined) if undetermined else frozenset()
+    why = ""
     if undetermined:
-        log.warning("could not determine %s: the labels it decides stay on the Node as they are (%s)",
-                    ", ".join(sorted(undetermined)), "all owned labels" if held is None else ", ".join(sorted(held)))
+        first = next((str(e) for e in found.errors), "a read failed")
+        why = (f"could not determine {', '.join(sorted(undetermined))} ({first}): the labels and "
+               f"extended resources it decides stay on the Node as they are "
+               f"({'all owned labels' if held is None else ', '.join(sorted(held))}"
+               f"{'; ' + ', '.join(sorted(held_resources)) if held_resources else ''})")
+        log.warning("%s", why)
 
     def plan(node_labels):
         state = rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
         if undetermined:
-            state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None)
+            state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,
+                                        held_resources=held_resources)
         return state
 
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
                             startup_taints=startup, max_attempts=max(1, args.retries),
                             claims=claim_policy(options, lambda: catalogue, startup))
-    outcome = reconciler.preview(plan) if args.dry_run else reconciler.reconcile(plan)
+    if args.dry_run:
+        outcome = reconciler.preview(plan)
+    else:
+        with reconciler.events.deferred():  # the Warning joins the pass's one Event
+            outcome = reconciler.reconcile(plan)
+            if why:
+                from agent.reconcile.events import REASON_READ_FAILED
+
+                reconciler.events.record(reconciler.node_uid, REASON_READ_FAILED, why, warning=True)
     desired = outcome.desired
     extra = {}
     if desired is not None:

@@ -14,9 +14,10 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   after) it is written.
 * ``skip`` names items the API server rejected (422): they are left exactly as they are.
 * Desired items Kubernetes would reject are refused here (reported, not sent).
-* ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides;
-  ``hold_every_label``: all): an owned label with such a key is neither removed nor changed;
-  it stays on the Node and in the record.
+* ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides, a
+  trailing ``*`` a prefix; ``hold_every_label``: all) and ``desired.held_resources``: an owned
+  label or extended resource so held is neither removed nor changed; it stays on the Node and
+  in the record.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from agent.desired import (
     Problem,
     Taint,
 )
+from agent.features import undetermined_key
 from agent.k8s_validation import (
     annotation_key_errors,
     extended_resource_name_errors,
@@ -90,7 +92,7 @@ def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str
 def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
     if desired.hold_every_label:
         return lambda key: True
-    return desired.held_labels.__contains__
+    return lambda key: undetermined_key(desired.held_labels, key)
 
 
 def _valid_labels(labels: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
@@ -146,10 +148,12 @@ def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple
     return ok
 
 
-def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef]
+def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
+               held: frozenset[str] = frozenset()
                ) -> tuple[list[dict[str, Any]], set[str], set[str], list[Change], list[Clash], bool]:
     """JSON-patch ops on capacity+allocatable, the record until the status write, the names
-    that write removes, changes, clashes, record grows."""
+    that write removes, changes, clashes, record grows. ``held``: an owned resource on the Node
+    stays exactly as it is (and in the record)."""
     capacity, allocatable = dict(live.capacity or {}), dict(live.allocatable or {})
     ops: list[dict[str, Any]] = []
     record: set[str] = set()
@@ -166,6 +170,9 @@ def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], s
         if ("resource", name) in skip:
             continue
         present = name in capacity or name in allocatable
+        if name in owned and present and name in held:
+            record.add(name)  # undetermined: keep the Node's count
+            continue
         if name not in owned and present:
             if not (same_quantity(capacity.get(name), value) and same_quantity(allocatable.get(name, value), value)):
                 clashes.append(Clash("resource", name, value, str(capacity.get(name, allocatable.get(name)))))
@@ -189,8 +196,8 @@ def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], s
         else:
             changes.append(Change("resource", "change", name, str(old), value))
     for name in sorted(owned - set(want)):
-        if ("resource", name) in skip:
-            record.add(name)
+        if ("resource", name) in skip or ((name in capacity or name in allocatable) and name in held):
+            record.add(name)  # rejected change, or removal held: leave ours exactly as it is
             continue
         for section, values in (("capacity", capacity), ("allocatable", allocatable)):
             if name in values:  # remove of a missing path is a 422: only remove what is there
@@ -282,7 +289,8 @@ def plan_node_changes(
     label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
                                                              held=_held_labels(desired))
     ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip, "annotation")
-    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip)
+    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip,
+                                                                               desired.held_resources)
     new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, skip, remove_foreign_taints)
 
     records = {

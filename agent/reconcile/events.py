@@ -49,6 +49,8 @@ REASON_REJECTED = "ChangeRejected"
 REASON_CLEANED = "NodeFeaturesRemoved"
 REASON_RECORD_REJECTED = "OwnershipRecordRejected"
 REASON_RECORD_REBUILT = "OwnershipRecordRebuilt"
+REASON_READ_FAILED = "DiscoveryReadFailed"
+"""A host file could not be read: what it decides is held as the Node has it."""
 
 
 def summarize(changes: Iterable[str], limit: int = MAX_MESSAGE) -> str:

@@ -40,6 +40,7 @@ from agent.config import claim_policy
 from agent.discovery import DiscoveryConfig
 from agent.hostfs import HostFS
 from agent.reconcile import NodeApi, ReconcileOutcome, Reconciler
+from agent.reconcile.events import REASON_READ_FAILED
 from agent.runtime import queue as q
 from agent.runtime.api_metrics import instrument
 from agent.runtime.config_state import WorkerConfigState
@@ -95,7 +96,7 @@ class Agent:
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
                                         settings.sources, observe=self._observe_discovery,
-                                        on_degraded=self._source_degraded)
+                                        on_degraded=self._source_degraded, on_undetermined=self._feature_undetermined)
         self.devices: DeviceService | None = None
         if settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
@@ -218,6 +219,15 @@ class Agent:
                                           "features are kept and nothing it contributed is removed", warning=True)
 
     # -- event inputs (other threads) -----------------------------------------------------
+
+    def _feature_undetermined(self, feature: str, why: str | None) -> None:
+        """A feature could not be read (``why``) or reads again (None): metric and a Warning Event."""
+        self.metrics.feature_undetermined.labels(feature=feature).set(1 if why else 0)
+        if why:
+            self.reconciler.events.record(self.reconciler.node_uid, REASON_READ_FAILED,
+                                          f"{feature} could not be determined ({why}); what it decides (labels, "
+                                          "extended resources, device plugin devices) is held at its last value "
+                                          "until it reads again", warning=True)
     def _hotplug(self, event: UEvent) -> None:
         self.metrics.hotplug(event.subsystem, event.action)
         sources = sources_for(event.subsystem, self.settings.sources)

@@ -52,7 +52,7 @@ _malloc_trim = None
 
 class DiscoveryCache:
     def __init__(self, host: HostFS, config: DiscoveryConfig, sources: Iterable[str], *, observe=None,
-                 on_degraded=None) -> None:
+                 on_degraded=None, on_undetermined=None) -> None:
         self.host = host
         self.config = config
         self.sources = tuple(sorted(sources))
@@ -68,6 +68,7 @@ class DiscoveryCache:
         #: the subset of ``carried`` with no earlier answer to keep: their labels are held
         self.unanswered: dict[str, str] = {}
         self.on_degraded = on_degraded  # on_degraded(source, why or None when it recovered)
+        self.on_undetermined = on_undetermined  # on_undetermined("source.feature", why or None when it reads again)
 
     def refresh(self, sources: Iterable[str] | None) -> tuple[str, ...]:
         """Rediscover ``sources`` (None or no cache yet: all); returns the names rerun."""
@@ -137,11 +138,13 @@ class DiscoveryCache:
                 self.carried[key] = why
                 if not kept:
                     self.unanswered[key] = why
+                self._report(self.on_undetermined, key, why)
         for key in [k for k in self.carried if k.partition(".")[0] == source]:
             if key.partition(".")[2] not in new.undetermined:
                 del self.carried[key]
                 self.unanswered.pop(key, None)
                 log.info("%s reads again", key, extra={"event": "feature-recovered", "change": source})
+                self._report(self.on_undetermined, key, None)
         return carry_undetermined(new, previous)
 
     def unanswered_labels(self) -> dict[str, tuple[str, ...]]:
@@ -156,8 +159,12 @@ class DiscoveryCache:
         return out
 
     def _notify(self, name: str, why: str | None) -> None:
-        if self.on_degraded is not None:
+        self._report(self.on_degraded, name, why)
+
+    @staticmethod
+    def _report(callback, name: str, why: str | None) -> None:
+        if callback is not None:
             try:
-                self.on_degraded(name, why)
+                callback(name, why)
             except Exception:  # noqa: BLE001 - reporting must never break discovery
-                log.exception("reporting the state of source %s failed", name)
+                log.exception("reporting the state of %s failed", name)

@@ -37,6 +37,10 @@ class AgentMetrics:
         self.source_degraded = Gauge("nfa_source_degraded",
                                      "1 while a discovery source fails as a whole and its previous features are kept",
                                      ["source"], registry=r)
+        self.feature_undetermined = Gauge(
+            "nfa_feature_undetermined",
+            "1 while a read of a discovery feature fails and what it decides is held at its last value",
+            ["feature"], registry=r)
         self.partially_applied = Gauge(
             "nfa_node_partially_applied",
             "1 while the agent's Node carries only part of the last pass's writes (e.g. a label without its extended resource)",

@@ -4,8 +4,8 @@
 rules may read them): the catalogue evaluated on this pass's features, with two adjustments
 the run loop owns:
 
-* labels an undetermined feature decides, with no earlier answer to keep
-  (``DiscoveryCache.unanswered_labels``), are held as the Node has them
+* labels and extended resources an undetermined feature decides, with no earlier answer to
+  keep (``DiscoveryCache.unanswered_labels``), are held as the Node has them
   (``agent.rules.held``); when a templated rule reads such a feature, every label is;
 * with ``--device-plugin=on`` the resources the device plugin serves are handed to kubelet
   (``device_service.hand_to_kubelet``).
@@ -24,7 +24,7 @@ from agent import rules
 from agent.desired import DesiredNodeState
 from agent.discovery import Discovery
 from agent.features import Feature
-from agent.rules.held import held_label_keys
+from agent.rules.held import held_label_keys, held_resource_names
 from agent.runtime.device_service import hand_to_kubelet
 
 
@@ -37,20 +37,23 @@ class NodePlanner:
     options: rules.RuleOptions | None
     holding: bool  # some feature is undetermined with no earlier answer
     held: frozenset[str] | None  # the label keys it decides; None: every label
+    held_resources: frozenset[str]  # the extended resources it decides
     handing_over: bool  # --device-plugin=on
 
     @classmethod
     def build(cls, found: Discovery, catalogue: rules.Catalogue, options: rules.RuleOptions | None,
               unanswered: Mapping[str, tuple[str, ...]], *, handing_over: bool) -> NodePlanner:
         held = held_label_keys(catalogue, options, unanswered) if unanswered else frozenset()
+        resources = held_resource_names(catalogue, options, unanswered) if unanswered else frozenset()
         return cls(found.features, found.labels, found.label_origins, catalogue, options, bool(unanswered), held,
-                   handing_over)
+                   resources, handing_over)
 
     def __call__(self, node_labels: Mapping[str, str]) -> DesiredNodeState:
         state = rules.plan_node(self.features, self.raw_labels, node_labels, self.catalogue, self.options,
                                 self.label_origins)
         if self.holding:
-            state = dataclasses.replace(state, held_labels=self.held or frozenset(), hold_every_label=self.held is None)
+            state = dataclasses.replace(state, held_labels=self.held or frozenset(), hold_every_label=self.held is None,
+                                        held_resources=self.held_resources)
         if self.handing_over:
             state = hand_to_kubelet(state)
         return state

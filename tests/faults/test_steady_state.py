@@ -212,8 +212,9 @@ def test_a_label_the_configuration_leaves_out_is_not_carried_back(tmp_path):
 
 def test_a_failing_topology_read_writes_nothing_on_the_node(make_harness, server):
     """The real agent loop, resync every 0.3 s, Events on: passes that cannot read one CPU's
-    topology send no PATCH and no Event (the bench's flap: 2 PATCH + 2 Event); the label
-    stays. A real change afterwards (SMT off) is written."""
+    topology send no PATCH (the bench's flap: 2 PATCH + 2 Event) and one Warning Event saying
+    what is held, however many passes fail; the label stays. A real change afterwards (SMT
+    off) is written."""
     h = make_harness(resync_interval=0.3, resync_jitter=0.0, emit_events=True).start()
     h.wait_converged()
     assert server.node(NODE)["metadata"]["labels"][SMT] == "true"
@@ -224,10 +225,13 @@ def test_a_failing_topology_read_writes_nothing_on_the_node(make_harness, server
     passes = h.agent.passes
     wait_for(lambda: h.agent.passes >= passes + 3, what="three more resyncs with the file unreadable")
     writes = [r for r in server.requests if r.method in ("PATCH", "PUT", "POST", "DELETE")]
-    assert writes == [], [(r.method, r.path) for r in writes]
+    assert [(r.method, r.path.rsplit("/", 1)[1], r.body["reason"], r.body["type"]) for r in writes] == [
+        ("POST", "events", "DiscoveryReadFailed", "Warning")], [(r.method, r.path) for r in writes]
+    assert "cpu.topology" in writes[0].body["message"] and h.metric('nfa_feature_undetermined{feature="cpu.topology"}') == 1
     assert server.node(NODE)["metadata"]["labels"][SMT] == "true"
     restore()
     wait_for(lambda: not h.agent.discovery.carried, what="the topology read again")
+    assert h.metric('nfa_feature_undetermined{feature="cpu.topology"}') == 0
     for n in range(8):
         (h.host.root / cpu_topology_file(n).lstrip("/")).write_text(f"{n}\n")
     wait_for(lambda: server.node(NODE)["metadata"]["labels"].get(SMT) == "false", what="SMT off published")

@@ -96,6 +96,32 @@ def test_held_labels_are_neither_removed_nor_changed_while_others_go():
         "labels"] == {PCI: "true"}
 
 
+def test_a_held_prefix_holds_every_owned_label_it_starts_and_nothing_else():
+    """A held key ending in ``*`` (a device whose IDs could not be read: its label is
+    ``pci-<unknown>``) holds every owned label it is a prefix of; the others go as usual."""
+    coral, gpu = "feature.node.kubernetes.io/pci-0880_1ac1.present", "feature.node.kubernetes.io/pci-0300_10de.present"
+    obj = node({coral: "true", gpu: "true", EDGETPU: "true"}, {ANNOTATION_OWNED_LABELS: f"{EDGETPU},{gpu},{coral}"})
+    plan = diff(obj, DesiredNodeState(held_labels={"feature.node.kubernetes.io/pci-*"}))
+    assert plan.metadata_patch == {"metadata": {"labels": {EDGETPU: None},
+                                                "annotations": {ANNOTATION_OWNED_LABELS: f"{gpu},{coral}"}}}
+
+
+def test_held_resources_are_neither_removed_nor_changed_while_others_go():
+    """``held_resources``: an owned extended resource an undetermined feature decides keeps its
+    count on the Node and its record entry, wanted or not; other owned resources change as usual."""
+    tpu, hailo, gpu = "node-feature-agent.io/edgetpu", "node-feature-agent.io/hailo8", "example.com/gpu"
+    counts = {tpu: "1", hailo: "2", gpu: "4", "cpu": "4"}
+    obj = node({}, {ANNOTATION_OWNED_RESOURCES: f"{gpu},{tpu},{hailo}"}, capacity=counts, allocatable=counts)
+    plan = diff(obj, DesiredNodeState(extended_resources={hailo: "1"}, held_resources={tpu, gpu}))
+    assert sorted(op["path"] for op in plan.status_ops if op["path"].startswith("/status/")) == [
+        f"/status/allocatable/{escape_pointer(hailo)}", f"/status/capacity/{escape_pointer(hailo)}"]
+    assert plan.metadata_patch is None
+    assert diff(obj, DesiredNodeState(extended_resources={tpu: "1", gpu: "4", hailo: "2"})).empty
+    gone = diff(obj, DesiredNodeState(extended_resources={hailo: "2"}))
+    assert {op["path"] for op in gone.status_ops if op["op"] == "remove"} == {
+        f"/status/{section}/{escape_pointer(name)}" for section in ("capacity", "allocatable") for name in (tpu, gpu)}
+
+
 def test_owned_label_value_changed_by_someone_is_put_back():
     obj = node({EDGETPU: "false"}, {ANNOTATION_OWNED_LABELS: EDGETPU})
     plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true"}))
