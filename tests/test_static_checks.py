@@ -1,0 +1,42 @@
+"""The type and lint gates: `mypy` (strict for agent/) and `ruff check` (the whole repository),
+both configured in pyproject.toml, report nothing. Each gate is also shown to fail on a
+planted error, so a configuration that checks nothing cannot pass for a clean one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, input=stdin, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_mypy_finds_no_error_in_the_package() -> None:
+    done = run("mypy")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def test_mypy_is_strict_on_the_package(tmp_path) -> None:
+    planted = tmp_path / "main.py"
+    planted.write_text('"""planted"""\n\n\ndef untyped(value):\n    return value\n\n\nwrong: int = "text"\n')
+    done = run("mypy", "--shadow-file", str(REPO / "agent" / "__main__.py"), str(planted))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "agent/__main__.py:4: error: Function is missing a type annotation  [no-untyped-def]" in done.stdout
+    assert "agent/__main__.py:8: error: Incompatible types in assignment" in done.stdout
+
+
+def test_ruff_finds_nothing_in_the_repository() -> None:
+    done = run("ruff", "check", "--no-cache")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def test_ruff_checks_the_package() -> None:
+    done = run("ruff", "check", "--no-cache", "--output-format", "concise", "--stdin-filename", "agent/planted.py",
+               "-", stdin="import os\n\n\ndef f(items=[]):\n    return items\n")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "agent/planted.py:1:8: F401" in done.stdout
+    assert "agent/planted.py:4:13: B006" in done.stdout
