@@ -17,7 +17,7 @@ TemplateError with line and column.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from agent.gotemplate.exec import MAX_OUTPUT_CHARS, MAX_STEPS, execute
@@ -46,10 +46,10 @@ class CompiledTemplate:
     source: str
     nodes: tuple[Node, ...]
 
-    def render(self, data: Mapping) -> str:
+    def render(self, data: Mapping[str, object]) -> str:
         return execute(self.source, self.nodes, data)
 
-    def render_key_values(self, data: Mapping) -> dict[str, str]:
+    def render_key_values(self, data: Mapping[str, object]) -> dict[str, str]:
         return parse_key_value_lines(self.render(data))
 
 
@@ -69,7 +69,7 @@ REGEXP_FUNCTIONS = frozenset({"mustRegexMatch", "regexFind", "regexFindAll", "re
                               "regexReplaceAllLiteral", "regexSplit"})
 
 
-def _walk(node: object):
+def _walk(node: object) -> Iterator[object]:
     yield node
     if dataclasses.is_dataclass(node):
         for item in dataclasses.fields(node):
@@ -96,12 +96,12 @@ def _check_regexp_literals(source: str, nodes: tuple[Node, ...]) -> None:
                     raise TemplateError(f"{name.name}: {exc}", line, column) from None
 
 
-def render(template: str, data: Mapping) -> str:
+def render(template: str, data: Mapping[str, object]) -> str:
     """Execute Go template `template` against `data` (missingkey=error)."""
     return compile_template(template).render(data)
 
 
-def render_key_values(template: str, data: Mapping) -> dict[str, str]:
+def render_key_values(template: str, data: Mapping[str, object]) -> dict[str, str]:
     """Render and split into a dict the way NFD's template helper ExpandMap does."""
     return compile_template(template).render_key_values(data)
 

@@ -7,7 +7,8 @@ template functions enforce; every failure becomes a TemplateError naming line an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 
 from agent.gotemplate.fmt import (
     MAX_VALUE_CHARS,
@@ -133,7 +134,7 @@ class _Execution:
         finally:
             del self.vars[mark:]
 
-    def range_items(self, node: Control, value: object):
+    def range_items(self, node: Control, value: object) -> Iterator[tuple[object, object]]:
         if value is None:
             return iter(())
         if isinstance(value, (list, tuple)):
@@ -246,7 +247,7 @@ class _Execution:
             raise
         except FunctionError as exc:
             raise self.error(node, f"error calling {name}: {exc}") from None
-        except Exception as exc:  # Go's safeCall turns a panicking function into an error too
+        except Exception as exc:  # noqa: BLE001 - Go's safeCall turns a panicking function into an error too
             raise self.error(node, f"error calling {name}: {type(exc).__name__}: {exc}") from None
         if isinstance(result, (str, list, dict)) and len(result) > MAX_VALUE_CHARS:
             raise self.error(node, f"error calling {name}: result larger than {MAX_VALUE_CHARS}")
@@ -254,7 +255,7 @@ class _Execution:
 
     def call_and_or(self, node: Identifier, arg_nodes: tuple[Node, ...], dot: object, final: object) -> object:
         """and/or evaluate lazily and return the deciding argument, like Go 1.18+."""
-        lazy = [lambda arg=arg: self.eval_arg(arg, dot) for arg in arg_nodes]
+        lazy: list[Callable[[], object]] = [partial(self.eval_arg, arg, dot) for arg in arg_nodes]
         if final is not _MISSING:
             lazy.append(lambda: final)
         if not lazy:

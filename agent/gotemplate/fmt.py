@@ -8,8 +8,10 @@ Go byte for byte because the output becomes Kubernetes label keys and values.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 MAX_VALUE_CHARS = 1 << 20  # largest string or list any template function may build
 MAX_WIDTH = 100_000  # Go allows 1e6; no label needs more, and it bounds memory per verb
@@ -84,8 +86,10 @@ def format_value(value: object) -> str:
     return str(value)
 
 
-def sorted_keys(mapping: Mapping) -> list:
-    """Map keys in Go's order (fmt and range sort map keys); mixed key types group by type."""
+def sorted_keys(mapping: Mapping[Any, object]) -> list[Any]:
+    """Map keys in Go's order (fmt and range sort map keys); mixed key types group by type.
+
+    Keys are any template value (Go's interface{}), hence `Any`: `sorted` needs them ordered."""
     try:
         return sorted(mapping)
     except TypeError:
@@ -100,7 +104,8 @@ def format_float_shortest(value: float) -> str:
         return "+Inf" if value > 0 else "-Inf"
     if value == 0:
         return "-0" if math.copysign(1, value) < 0 else "0"
-    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    sign, digits, exponent_code = Decimal(repr(value)).as_tuple()
+    exponent = int(exponent_code)  # a number: NaN and the infinities returned above
     text = "".join(map(str, digits)).rstrip("0") or "0"
     exponent += len(digits) - len(text)
     point = len(text) + exponent  # position of the decimal point in `text`
@@ -140,7 +145,7 @@ def go_quote(text: str, quote: str = '"') -> str:
     return "".join(out)
 
 
-def sprint(args: list) -> str:
+def sprint(args: Sequence[object]) -> str:
     """fmt.Sprint: a space between operands when neither side is a string."""
     parts: list[str] = []
     previous_string = False
@@ -153,11 +158,11 @@ def sprint(args: list) -> str:
     return "".join(parts)
 
 
-def sprintln(args: list) -> str:
+def sprintln(args: Sequence[object]) -> str:
     return " ".join(format_value(arg) for arg in args) + "\n"
 
 
-def sprintf(template: str, args: list, limit: int) -> str:
+def sprintf(template: str, args: Sequence[object], limit: int) -> str:
     """fmt.Sprintf for the verbs templates use; bad verbs render Go's %!v(...) forms."""
     out: list[str] = []
     size, index, used = 0, 0, 0
@@ -169,12 +174,11 @@ def sprintf(template: str, args: list, limit: int) -> str:
         out.append(template[index:percent])
         size += len(out[-1])
         spec, index = _parse_spec(template, percent + 1, args, used)
-        used = spec.pop("used")
-        verb = spec.pop("verb")
+        used, verb = spec.used, spec.verb
         if verb is None:
             out.append("%!(NOVERB)")
-        elif spec.get("bad"):
-            out.append(spec["bad"])
+        elif spec.bad:
+            out.append(spec.bad)
         elif verb == "%":
             out.append("%")
         elif used >= len(args):
@@ -194,27 +198,45 @@ def sprintf(template: str, args: list, limit: int) -> str:
     return result
 
 
-def _parse_spec(template: str, index: int, args: list, used: int) -> tuple[dict, int]:
-    spec: dict = {"flags": "", "width": None, "prec": None, "verb": None, "used": used}
+@dataclass
+class _Spec:
+    """One %-directive: flags, width and precision (None when not given), verb, operands used."""
+
+    used: int  # operands consumed by this and the earlier directives ('*' ones too)
+    flags: str = ""
+    width: int | None = None
+    prec: int | None = None
+    verb: str | None = None
+    bad: str = ""  # Go's %!(BADWIDTH) or %!(BADPREC) for a width or precision it refuses
+
+    def set_number(self, name: str, value: int | None) -> None:
+        if name == "width":
+            self.width = value
+        else:
+            self.prec = value
+
+
+def _parse_spec(template: str, index: int, args: Sequence[object], used: int) -> tuple[_Spec, int]:
+    spec = _Spec(used)
     while index < len(template) and template[index] in "+-# 0":
-        spec["flags"] += template[index]
+        spec.flags += template[index]
         index += 1
     for name in ("width", "prec"):
         if name == "prec":
             if not template.startswith(".", index):
                 break
             index += 1
-            spec["prec"] = 0
+            spec.prec = 0
         if template.startswith("*", index):
             index += 1
-            star = args[spec["used"]] if spec["used"] < len(args) else None
-            spec["used"] += 1
+            star = args[spec.used] if spec.used < len(args) else None
+            spec.used += 1
             if isinstance(star, int) and not isinstance(star, bool) and abs(star) <= MAX_WIDTH:
                 if name == "width" and star < 0:
-                    spec["flags"], star = spec["flags"] + "-", -star
-                spec[name] = star if star >= 0 else None
+                    spec.flags, star = spec.flags + "-", -star
+                spec.set_number(name, star if star >= 0 else None)
             else:
-                spec["bad"] = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
+                spec.bad = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
             continue
         start = index
         while index < len(template) and template[index].isdigit():
@@ -222,20 +244,20 @@ def _parse_spec(template: str, index: int, args: list, used: int) -> tuple[dict,
         if index > start:
             number = int(template[start:index][:8])
             if number > MAX_WIDTH:
-                spec["bad"] = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
+                spec.bad = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
             else:
-                spec[name] = number
+                spec.set_number(name, number)
     if index < len(template):
-        spec["verb"] = template[index]
+        spec.verb = template[index]
         index += 1
     return spec, index
 
 
-def format_verb(arg: object, verb: str, spec: dict) -> str:
+def format_verb(arg: object, verb: str, spec: _Spec) -> str:
     """Format one operand for one verb, Go style (slices and maps element by element)."""
     if verb == "T":
         return _pad(go_type(arg), spec)
-    if isinstance(arg, (list, tuple)) and verb != "v" or isinstance(arg, (list, tuple)) and spec["flags"]:
+    if isinstance(arg, (list, tuple)) and (verb != "v" or spec.flags):
         return "[" + " ".join(format_verb(item, verb, spec) for item in arg) + "]"
     if isinstance(arg, Mapping) and verb != "v":
         keys = sorted_keys(arg)
@@ -246,43 +268,43 @@ def format_verb(arg: object, verb: str, spec: dict) -> str:
     return text
 
 
-def _format_scalar(arg: object, verb: str, spec: dict) -> str | None:
-    flags, prec = spec["flags"], spec["prec"]
-    is_int = isinstance(arg, int) and not isinstance(arg, bool)
+def _format_scalar(arg: object, verb: str, spec: _Spec) -> str | None:
+    flags, prec = spec.flags, spec.prec
+    integer = arg if isinstance(arg, int) and not isinstance(arg, bool) else None
     if verb == "v" and not isinstance(arg, float):
-        return _pad(format_value(arg), spec, numeric=is_int)
+        return _pad(format_value(arg), spec, numeric=integer is not None)
     if verb == "s" and isinstance(arg, str):
         return _pad(arg if prec is None else arg[:prec], spec)
     if verb == "q" and isinstance(arg, str):
         return _pad(go_quote(arg), spec)
-    if verb == "q" and is_int and 0 <= arg <= 0x10FFFF:
-        return _pad(go_quote(chr(arg), "'"), spec)
+    if verb == "q" and integer is not None and 0 <= integer <= 0x10FFFF:
+        return _pad(go_quote(chr(integer), "'"), spec)
     if verb == "t" and isinstance(arg, bool):
         return _pad(format_value(arg), spec)
-    if verb == "c" and is_int and 0 <= arg <= 0x10FFFF:
-        return _pad(chr(arg), spec)
-    if verb == "U" and is_int and arg >= 0:
-        return _pad(f"U+{arg:04X}", spec)
+    if verb == "c" and integer is not None and 0 <= integer <= 0x10FFFF:
+        return _pad(chr(integer), spec)
+    if verb == "U" and integer is not None and integer >= 0:
+        return _pad(f"U+{integer:04X}", spec)
     if verb in "xX" and isinstance(arg, str):
         sep = " " if " " in flags else ""
         text = sep.join(f"{b:02x}" for b in arg.encode("utf-8", "surrogatepass"))
         return _pad(text.upper() if verb == "X" else text, spec)
-    if verb in "dboxXO" and is_int:
+    if verb in "dboxXO" and integer is not None:
         base = {"d": "d", "b": "b", "o": "o", "O": "o", "x": "x", "X": "X"}[verb]
-        digits = format(abs(arg), base)
+        digits = format(abs(integer), base)
         if prec is not None:
             digits = digits.rjust(prec, "0")
         prefix = {"b": "0b", "o": "0", "x": "0x", "X": "0X"}.get(verb, "") if "#" in flags else ""
         prefix = "0o" if verb == "O" else prefix
-        sign = "-" if arg < 0 else "+" if "+" in flags else " " if " " in flags else ""
+        sign = "-" if integer < 0 else "+" if "+" in flags else " " if " " in flags else ""
         return _pad(digits, spec, numeric=True, sign=sign + prefix)
     if verb in "veEfFgG" and isinstance(arg, float):
         return _format_float(arg, verb, spec)
     return None
 
 
-def _format_float(value: float, verb: str, spec: dict) -> str:
-    flags, prec = spec["flags"], spec["prec"]
+def _format_float(value: float, verb: str, spec: _Spec) -> str:
+    flags, prec = spec.flags, spec.prec
     sign = "-" if math.copysign(1, value) < 0 else "+" if "+" in flags else " " if " " in flags else ""
     magnitude = abs(value)
     if math.isnan(value):
@@ -297,8 +319,8 @@ def _format_float(value: float, verb: str, spec: dict) -> str:
     return _pad(text, spec, numeric=True, sign=sign)
 
 
-def _pad(text: str, spec: dict, numeric: bool = False, sign: str = "") -> str:
-    width, flags = spec["width"] or 0, spec["flags"]
+def _pad(text: str, spec: _Spec, numeric: bool = False, sign: str = "") -> str:
+    width, flags = spec.width or 0, spec.flags
     body_width = width - len(sign)
     if "-" in flags:
         return (sign + text).ljust(width)

@@ -44,7 +44,7 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
-def call_function(name: str, args: list, meter: WorkMeter) -> object:
+def call_function(name: str, args: list[object], meter: WorkMeter) -> object:
     """Check `args` against the declared signature of `name`, charge `meter`, and call it.
 
     Every call costs work proportional to the size of its arguments, so loops that grow and
@@ -55,8 +55,8 @@ def call_function(name: str, args: list, meter: WorkMeter) -> object:
     if count < fixed or (function.variadic is None and count != fixed):
         want = f"at least {fixed}" if function.variadic else str(fixed)
         raise FunctionError(f"wrong number of args for {name}: want {want} got {count}")
-    for index, arg in enumerate(args):
-        kind = function.params[index] if index < fixed else function.variadic
+    rest = (function.variadic,) * (count - fixed) if function.variadic else ()
+    for arg, kind in zip(args, function.params + rest, strict=True):
         type_name, accepts = _KIND_CHECKS[kind]
         if not accepts(arg):
             raise FunctionError(f"wrong type for value; expected {type_name}; got {go_type(arg)}")
@@ -105,7 +105,11 @@ def lt(first: object, second: object) -> bool:
         raise FunctionError("invalid type for comparison")
     if first_kind != second_kind:
         raise FunctionError("incompatible types for comparison")
-    return first < second  # type: ignore[operator]
+    if isinstance(first, str) and isinstance(second, str):
+        return first < second
+    if isinstance(first, (int, float)) and isinstance(second, (int, float)):
+        return first < second
+    raise FunctionError("invalid type for comparison")  # not reached: both int, float or str
 
 
 def le(first: object, second: object) -> bool:
@@ -152,7 +156,7 @@ def index(item: object, *keys: object) -> object:
     return value
 
 
-def _zero_value(mapping: Mapping) -> object:
+def _zero_value(mapping: Mapping[object, object]) -> object:
     """Go returns the map's element zero value; NFD element maps are map[string]string."""
     return "" if all(isinstance(v, str) for v in mapping.values()) else None
 
@@ -182,7 +186,7 @@ def _printf(template: str, *args: object) -> str:
     return sprintf(template, list(args), MAX_VALUE_CHARS)
 
 
-def _escaper_input(args: tuple) -> str:
+def _escaper_input(args: tuple[object, ...]) -> str:
     """Go's evalArgs for html/js/urlquery: one string as is, else fmt.Sprint of all."""
     return args[0] if len(args) == 1 and isinstance(args[0], str) else sprint(list(args))
 

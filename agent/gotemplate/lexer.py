@@ -18,6 +18,7 @@ _KEYWORDS = frozenset(
     {"if", "else", "end", "range", "with", "break", "continue", "define", "template", "block"}
 )
 _ALNUM = re.compile(r"[A-Za-z0-9_\u00c0-\U0010ffff]*")  # Go: letters, digits, underscore
+Constant = str | bool | int | float  # the value of a literal in a template
 _NUMBER = re.compile(
     r"[+-]?(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+"
     r"|(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9_]+)?)"
@@ -58,10 +59,17 @@ class Token:
 
     kind: str  # field, variable, dot, ident, keyword, bool, nil, number, string, char,
     # pipe, lparen, rparen, declare, assign, comma
-    value: object
+    value: Constant  # a str but for bool (bool), number (int or float) and char (int)
     pos: int
     end: int
     spaced: bool
+
+    @property
+    def word(self) -> str:
+        """The name a field, variable, identifier or keyword token holds."""
+        if not isinstance(self.value, str):
+            raise TypeError(f"a {self.kind} token holds no name")
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -169,23 +177,29 @@ def _lex_token(source: str, pos: int, spaced: bool) -> Token:
     if char == "'":
         return _lex_char(source, pos, spaced)
     if char == "$":
-        end = _ALNUM.match(source, pos + 1).end()
+        end = _word_end(source, pos + 1)
         return _checked(source, Token("variable", source[pos:end], pos, end, spaced))
     if char == "." and not source[pos + 1 : pos + 2].isdigit():
-        end = _ALNUM.match(source, pos + 1).end()
+        end = _word_end(source, pos + 1)
         if end == pos + 1:
             return _checked(source, Token("dot", ".", pos, end, spaced))
         return _checked(source, Token("field", source[pos + 1 : end], pos, end, spaced))
     if char.isdigit() or char in "+-.":
         return _lex_number(source, pos, spaced)
     if char.isalpha() or char == "_":
-        end = _ALNUM.match(source, pos).end()
+        end = _word_end(source, pos)
         word = source[pos:end]
         if word in ("true", "false"):
             return _checked(source, Token("bool", word == "true", pos, end, spaced))
         kind = "nil" if word == "nil" else "keyword" if word in _KEYWORDS else "ident"
         return _checked(source, Token(kind, word, pos, end, spaced))
     raise error_at(source, pos, f"unrecognized character in action: {char!r}")
+
+
+def _word_end(source: str, pos: int) -> int:
+    """Where the run of letters, digits and underscores starting at `pos` ends."""
+    match = _ALNUM.match(source, pos)  # never None: the pattern matches the empty string too
+    return match.end() if match else pos
 
 
 def _checked(source: str, token: Token) -> Token:

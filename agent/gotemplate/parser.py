@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.gotemplate.funcs import FUNCTIONS
-from agent.gotemplate.lexer import ActionItem, TemplateError, TextItem, Token, error_at, lex
+from agent.gotemplate.lexer import ActionItem, Constant, TemplateError, TextItem, Token, error_at, lex
 
 MAX_NESTING = 64  # control structures plus parentheses, innermost to outermost
 
@@ -38,7 +38,7 @@ class Nil(Node):
 
 @dataclass(frozen=True)
 class Literal(Node):
-    value: object  # bool, int, float or str
+    value: Constant
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,14 @@ class LoopJump(Node):
     kind: str  # break or continue
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """The {{end}} or {{else ...}} action that ended a list of nodes."""
+
+    word: str  # end or else
+    item: ActionItem
+
+
 def parse(source: str) -> tuple[Node, ...]:
     """Parse `source` into a node list, or raise `TemplateError` with line and column."""
     return _Parser(source).parse_top()
@@ -111,12 +119,12 @@ class _Parser:
         return error_at(self.source, offset, message)
 
     def parse_top(self) -> tuple[Node, ...]:
-        nodes, stop, item = self.parse_list()
+        nodes, stop = self.parse_list()
         if stop is not None:
-            raise self.error(item.pos, f"unexpected {{{{{stop}}}}}")
+            raise self.error(stop.item.pos, f"unexpected {{{{{stop.word}}}}}")
         return nodes
 
-    def parse_list(self) -> tuple[tuple[Node, ...], str | None, ActionItem | None]:
+    def parse_list(self) -> tuple[tuple[Node, ...], _Stop | None]:
         """Parse nodes until {{end}}, {{else ...}} or end of input; return the stopper."""
         nodes: list[Node] = []
         while self.index < len(self.items):
@@ -132,21 +140,21 @@ class _Parser:
                 if first.value in ("end", "else"):
                     if first.value == "end" and len(item.tokens) > 1:
                         raise self.error(item.tokens[1].pos, "unexpected token in end")
-                    return tuple(nodes), first.value, item
+                    return tuple(nodes), _Stop(first.word, item)
                 nodes.append(self.parse_keyword(first, item))
                 continue
             nodes.append(Action(item.pos, first.end, self.parse_pipe(item.tokens, "command")))
-        return tuple(nodes), None, None
+        return tuple(nodes), None
 
     def parse_keyword(self, first: Token, item: ActionItem) -> Node:
         if first.value in ("if", "with", "range"):
-            return self.parse_control(first.value, item.tokens[1:], item)
+            return self.parse_control(first.word, item.tokens[1:], item)
         if first.value in ("break", "continue"):
             if not self.range_depth:
                 raise self.error(first.pos, f"{{{{{first.value}}}}} outside {{{{range}}}}")
             if len(item.tokens) > 1:
                 raise self.error(item.tokens[1].pos, f"unexpected token in {{{{{first.value}}}}}")
-            return LoopJump(first.pos, first.end, first.value)
+            return LoopJump(first.pos, first.end, first.word)
         raise self.error(first.pos, f"{{{{{first.value}}}}} is not supported in rule templates")
 
     def parse_control(self, kind: str, tokens: tuple[Token, ...], item: ActionItem) -> Control:
@@ -156,13 +164,13 @@ class _Parser:
         mark = len(self.vars)
         pipe = self.parse_pipe(tokens, kind, at=item.pos)
         self.range_depth += kind == "range"
-        body, stop, stop_item = self.parse_list()
+        body, stop = self.parse_list()
         self.range_depth -= kind == "range"
         else_body: tuple[Node, ...] = ()
-        if stop == "else":
-            else_body = self.parse_else(kind, stop_item)
-        elif stop is None:
+        if stop is None:
             raise self.error(item.pos, f"unexpected EOF: {{{{{kind}}}}} is never closed by {{{{end}}}}")
+        if stop.word == "else":
+            else_body = self.parse_else(kind, stop.item)
         del self.vars[mark:]
         self.depth -= 1
         return Control(item.pos, tokens[-1].end if tokens else item.pos, kind, pipe, body, else_body)
@@ -174,11 +182,11 @@ class _Parser:
             return (self.parse_control(kind, tokens[1:], item),)
         if tokens:
             raise self.error(tokens[0].pos, f"unexpected {self.describe(tokens[0])} in {{{{else}}}}")
-        body, stop, stop_item = self.parse_list()
+        body, stop = self.parse_list()
         if stop is None:
             raise self.error(item.pos, f"unexpected EOF: {{{{{kind}}}}} is never closed by {{{{end}}}}")
-        if stop != "end":
-            raise self.error(stop_item.pos, f"expected {{{{end}}}}; found {{{{{stop}}}}}")
+        if stop.word != "end":
+            raise self.error(stop.item.pos, f"expected {{{{end}}}}; found {{{{{stop.word}}}}}")
         return body
 
     def describe(self, token: Token) -> str:
@@ -189,8 +197,8 @@ class _Parser:
     def parse_pipe(self, tokens: tuple[Token, ...], context: str, at: int | None = None) -> Pipe:
         cursor = _Cursor(tokens, at if at is not None else (tokens[0].pos if tokens else 0))
         pipe = self.pipeline(cursor, context)
-        if cursor.peek() is not None:
-            raise self.error(cursor.peek().pos, f"unexpected {self.describe(cursor.peek())} in {context}")
+        if (extra := cursor.peek()) is not None:
+            raise self.error(extra.pos, f"unexpected {self.describe(extra)} in {context}")
         return pipe
 
     def pipeline(self, cursor: _Cursor, context: str) -> Pipe:
@@ -223,7 +231,7 @@ class _Parser:
                 raise self.error(second.pos, "range can only initialize variables")
             if second.kind == "assign" and first.value not in self.vars:
                 raise self.error(first.pos, f'undefined variable "{first.value}"')
-            return (first.value,), second.kind == "assign"
+            return (first.word,), second.kind == "assign"
         if second.kind != "comma":
             return (), False
         if context != "range":
@@ -232,7 +240,7 @@ class _Parser:
         third, fourth = cursor.next(), cursor.next()
         if third is None or third.kind != "variable" or fourth is None or fourth.kind != "declare":
             raise self.error(second.pos, "range can only initialize variables")
-        return (first.value, third.value), False
+        return (first.word, third.word), False
 
     def command(self, cursor: _Cursor, context: str) -> Command:
         start = cursor.position()
@@ -246,20 +254,20 @@ class _Parser:
         return Command(start, args[-1].end, tuple(args))
 
     def operand(self, cursor: _Cursor) -> Node:
-        token = cursor.next()
+        token = cursor.take()
         kind = token.kind
         if kind == "field":
-            names = (token.value,) + self.chain(cursor)
+            names = (token.word, *self.chain(cursor))
             return Field(token.pos, cursor.position(), names)
         if kind == "variable":
             if token.value not in self.vars:
                 raise self.error(token.pos, f'undefined variable "{token.value}"')
             names = self.chain(cursor)
-            return Variable(token.pos, cursor.position(), token.value, names)
+            return Variable(token.pos, cursor.position(), token.word, names)
         if kind == "ident":
             if token.value not in FUNCTIONS:
                 raise self.error(token.pos, f'function "{token.value}" not defined')
-            node: Node = Identifier(token.pos, token.end, token.value)
+            node: Node = Identifier(token.pos, token.end, token.word)
         elif kind == "lparen":
             self.depth += 1
             if self.depth > MAX_NESTING:
@@ -288,7 +296,7 @@ class _Parser:
     def chain(cursor: _Cursor) -> tuple[str, ...]:
         names: list[str] = []
         while (token := cursor.peek()) is not None and token.kind == "field" and not token.spaced:
-            names.append(cursor.next().value)
+            names.append(cursor.take().word)
         return tuple(names)
 
 
@@ -307,6 +315,12 @@ class _Cursor:
     def next(self) -> Token | None:
         token = self.peek()
         self.index += token is not None
+        return token
+
+    def take(self) -> Token:
+        """The next token, which the caller has seen with `peek`."""
+        token = self.tokens[self.index]
+        self.index += 1
         return token
 
     def position(self) -> int:

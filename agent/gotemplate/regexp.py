@@ -13,7 +13,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import Protocol
 
 import re2
 
@@ -49,13 +51,30 @@ _GO_ERRORS = (
 )
 
 
+class _Re2Match(Protocol):
+    """What this module uses of a match of google-re2 (which ships no type information)."""
+
+    def start(self) -> int: ...
+    def span(self, group: int) -> tuple[int, int]: ...
+
+
+class _Re2Regexp(Protocol):
+    """What this module uses of a pattern compiled by google-re2, in byte offsets."""
+
+    groups: int
+    groupindex: Mapping[str, int]
+    programsize: int
+
+    def search(self, data: bytes, pos: int) -> _Re2Match | None: ...
+
+
 class Match:
     """One match, in character offsets (``start``, ``end``, ``span``, ``group``), as Go reports
     it in runes."""
 
-    __slots__ = ("string", "spans", "regex")
+    __slots__ = ("regex", "spans", "string")
 
-    def __init__(self, string: str, spans: tuple[int, ...], regex: "GoRegexp") -> None:
+    def __init__(self, string: str, spans: tuple[int, ...], regex: GoRegexp) -> None:
         self.string, self.spans, self.regex = string, spans, regex
 
     def span(self, number: int = 0) -> tuple[int, int]:
@@ -76,7 +95,7 @@ class Match:
 class _Subject:
     """A string as RE2 sees it (UTF-8 bytes) with the byte offset of every character."""
 
-    __slots__ = ("text", "data", "offsets")
+    __slots__ = ("data", "offsets", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -90,7 +109,7 @@ class _Subject:
 class GoRegexp:
     """A compiled Go regexp: ``search``, ``groups``, ``groupindex``, ``names``, ``pattern``."""
 
-    def __init__(self, compiled, pattern: str) -> None:
+    def __init__(self, compiled: _Re2Regexp, pattern: str) -> None:
         self._re = compiled
         self.pattern = pattern
         self.groups = compiled.groups
@@ -100,7 +119,7 @@ class GoRegexp:
             if name:
                 self.groupindex.setdefault(name, index)  # Go's SubexpIndex: the first of that name
 
-    def search(self, text: "str | _Subject", pos: int = 0, meter: WorkMeter | None = None) -> Match | None:
+    def search(self, text: str | _Subject, pos: int = 0, meter: WorkMeter | None = None) -> Match | None:
         """The leftmost-first match at or after character ``pos`` (``^``/``\\b`` see the whole
         text, as in Go). RE2 works on bytes and may put an empty ``\\B`` match inside a
         multi-byte character, where Go (which works on runes) never looks: such a match is
@@ -121,7 +140,7 @@ class GoRegexp:
             return Match(subject.text, spans, self)
 
 
-def _names_from(compiled) -> list[str]:
+def _names_from(compiled: _Re2Regexp) -> list[str]:
     names = [""] * (compiled.groups + 1)
     for name, index in compiled.groupindex.items():
         names[index] = name
@@ -213,9 +232,9 @@ def compile_go(pattern: str) -> GoRegexp:
         raise FunctionError(_go_error(text, pattern)) from None
 
 
-def find_all(regex: GoRegexp, text: str, limit: int = -1, meter: WorkMeter | None = None) -> list:
+def find_all(regex: GoRegexp, text: str, limit: int = -1, meter: WorkMeter | None = None) -> list[Match]:
     """Go's allMatches: successive matches; an empty match touching the previous one is skipped."""
-    matches: list = []
+    matches: list[Match] = []
     pos, previous_end = 0, -1
     subject = _Subject(text)
     while pos <= len(text) and (limit < 0 or len(matches) < limit):
@@ -247,7 +266,7 @@ def replace_all(regex: GoRegexp, text: str, replacement: str, literal: bool = Fa
     return "".join(out)
 
 
-def expand(regex: GoRegexp, match, template: str) -> str:
+def expand(regex: GoRegexp, match: Match, template: str) -> str:
     """Go's Regexp.Expand: `$$` is a dollar, `$name`/`${name}` a group, malformed `$` is literal."""
     out: list[str] = []
     index = 0
@@ -264,8 +283,7 @@ def expand(regex: GoRegexp, match, template: str) -> str:
             continue
         braced = template.startswith("{", rest)
         name_match = _NAME.match(template, rest + 1 if braced else rest)
-        closed = name_match and (not braced or template.startswith("}", name_match.end()))
-        if not closed:
+        if name_match is None or (braced and not template.startswith("}", name_match.end())):
             out.append("$")
             index = rest
             continue

@@ -10,8 +10,9 @@ out on purpose: rule evaluation must be pure. Each entry of `SPRIG` is
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from functools import partial
+from typing import Any
 
 from agent.gotemplate import regexp as goregex
 from agent.gotemplate.fmt import (
@@ -104,7 +105,7 @@ def atoi(text: str) -> int:
     return 0
 
 
-def _as_list(value: object, name: str) -> list:
+def _as_list(value: object, name: str) -> list[object]:
     if isinstance(value, (list, tuple)):
         return list(value)
     raise FunctionError(f"Cannot find {name} on type {go_type(value)}")
@@ -168,7 +169,7 @@ def _indexed(parts: list[str]) -> dict[str, str]:
     return {f"_{i}": part for i, part in enumerate(parts)}
 
 
-def _freeze(value: object) -> object:
+def _freeze(value: object) -> Hashable:
     """A hashable stand-in with Go's DeepEqual equality (types matter: 1 != "1")."""
     if isinstance(value, (list, tuple)):
         return ("list", tuple(_freeze(item) for item in value))
@@ -179,9 +180,9 @@ def _freeze(value: object) -> object:
     return ("object", id(value))
 
 
-def _uniq(items: object) -> list:
-    seen: set = set()
-    result: list = []
+def _uniq(items: object) -> list[object]:
+    seen: set[Hashable] = set()
+    result: list[object] = []
     for item in _as_list(items, "uniq"):
         key = _freeze(item)
         if key not in seen:
@@ -203,12 +204,12 @@ def _dict(*pairs: object) -> dict[str, object]:
     return result
 
 
-def _keys(*maps: Mapping) -> list[str]:
+def _keys(*maps: Mapping[Any, object]) -> list[str]:
     return [key for mapping in maps for key in sorted_keys(mapping)]
 
 
 def _regex_find_all(pattern: str, text: str, limit: int, *, meter: WorkMeter) -> list[str]:
-    return [m.group(0) for m in goregex.find_all(goregex.compile_go(pattern), text, limit, meter)]
+    return [m.group(0) or "" for m in goregex.find_all(goregex.compile_go(pattern), text, limit, meter)]
 
 
 def _regex_find(pattern: str, text: str, *, meter: WorkMeter) -> str:
@@ -240,7 +241,12 @@ def _default(fallback: object, *given: object) -> object:
     return given[0] if given and truth(given[0]) else fallback
 
 
-SPRIG: dict[str, tuple] = {
+# implementation, parameter kinds, kind of the variadic rest (None: fixed arity) and, when
+# present and true, whether it takes the render's WorkMeter (agent.gotemplate.funcs.Function)
+Signature = (tuple[Callable[..., object], tuple[str, ...], str | None]
+             | tuple[Callable[..., object], tuple[str, ...], str | None, bool])
+
+SPRIG: dict[str, Signature] = {
     "lower": (str.lower, ("str",), None),
     "upper": (str.upper, ("str",), None),
     "title": (_title, ("str",), None),
@@ -307,14 +313,14 @@ SPRIG: dict[str, tuple] = {
     "prepend": (lambda v, x: [x] + _as_list(v, "prepend"), ("any", "any"), None),
     "concat": (lambda *v: [x for items in v for x in _as_list(items, "concat")], (), "any"),
     "dict": (_dict, (), "any"),
-    "get": (lambda d, key: d[key] if key in d else "", ("map", "str"), None),
+    "get": (lambda d, key: d.get(key, ""), ("map", "str"), None),
     "hasKey": (lambda d, key: key in d, ("map", "str"), None),
     "keys": (_keys, ("map",), "map"),
     "values": (lambda d: [d[k] for k in sorted_keys(d)], ("map",), None),
 }
 
 
-def _product(values: list) -> int:
+def _product(values: list[object]) -> int:
     result = 1
     for value in values:
         result = _wrap64(result * to_int64(value))
