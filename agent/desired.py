@@ -7,9 +7,10 @@ agent wants on its own Node, plus provenance so ``explain`` can say where each c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from agent.device_claims import DeviceClaim
 
@@ -45,7 +46,7 @@ class Taint:
         return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
 
     @classmethod
-    def parse(cls, text: str) -> "Taint":
+    def parse(cls, text: str) -> Taint:
         """Inverse of :meth:`to_string`; raises ``ValueError`` on a malformed string."""
         body, sep, effect = text.rpartition(":")
         if not sep or not body or not effect:
@@ -134,7 +135,7 @@ class DesiredNodeState:
         }
 
 
-def annotation_bytes(state: "DesiredNodeState") -> int:
+def annotation_bytes(state: DesiredNodeState) -> int:
     """Bytes the desired annotations plus the ownership record would take on the Node, counted
     as the API server counts its 256 KiB budget (key and value lengths in bytes). The record
     lists every owned key, so a catalogue producing thousands of long labels can exceed it

@@ -7,9 +7,9 @@ turns them into devices with ``/dev`` nodes). Pure data, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 NODE_KINDS = ("usb", "class", "path")
 """``usb``: /dev/bus/usb/BBB/DDD from the USB device's busnum/devnum; ``class``: the char

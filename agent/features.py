@@ -26,7 +26,7 @@ def frozen_map(items: Mapping[str, str] | Iterable[tuple[str, str]] | None = Non
 #: C0/C1 control characters (NUL, newline, ESC, DEL, ...) and the Unicode line and paragraph
 #: separators: what could turn a device string into structure (an extra ``key=value`` line
 #: in a template's output, a forged log line).
-_CONTROL = {c: None for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
+_CONTROL = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029])
 
 
 def host_text(value: Any) -> str:

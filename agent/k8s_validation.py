@@ -21,8 +21,8 @@ ANNOTATIONS_TOTAL_MAX = 262144
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
-def qualified_name_errors(key: str) -> list[str]:
-    """Why ``key`` is not a valid label/taint key (``[prefix/]name``)."""
+def qualified_name_errors(key: object) -> list[str]:
+    """Why ``key`` is not a valid label/taint key (``[prefix/]name``); any value may be asked."""
     if not isinstance(key, str) or not key:
         return ["name part must be non-empty"]
     parts = key.split("/")
@@ -53,7 +53,7 @@ def qualified_name_errors(key: str) -> list[str]:
     return errors
 
 
-def label_value_errors(value: str) -> list[str]:
+def label_value_errors(value: object) -> list[str]:
     """Why ``value`` is not a valid label (or taint) value; the empty string is valid."""
     if not isinstance(value, str):
         return ["a label value must be a string"]
@@ -68,12 +68,12 @@ def label_value_errors(value: str) -> list[str]:
     return errors
 
 
-def annotation_key_errors(key: str) -> list[str]:
+def annotation_key_errors(key: object) -> list[str]:
     """Annotation keys are qualified names checked after lower-casing."""
     return qualified_name_errors(key.lower() if isinstance(key, str) else key)
 
 
-def extended_resource_name_errors(name: str) -> list[str]:
+def extended_resource_name_errors(name: object) -> list[str]:
     """Why ``name`` cannot be an extended resource (``IsExtendedResourceName``)."""
     if not isinstance(name, str) or "/" not in name:
         return ["an extended resource name must be fully qualified (domain/name)"]
@@ -86,14 +86,14 @@ def extended_resource_name_errors(name: str) -> list[str]:
     return errors
 
 
-def extended_resource_quantity_errors(quantity: str) -> list[str]:
+def extended_resource_quantity_errors(quantity: object) -> list[str]:
     """Extended resources must be non-negative whole numbers."""
     if not isinstance(quantity, str) or not _QUANTITY_INT_RE.fullmatch(quantity.strip()):
         return ["extended resources must be a non-negative integer"]
     return []
 
 
-def taint_errors(key: str, value: str, effect: str) -> list[str]:
+def taint_errors(key: object, value: object, effect: object) -> list[str]:
     """Why a node taint is invalid (key qualified name, value label value, known effect)."""
     errors = [f"key: {e}" for e in qualified_name_errors(key)]
     errors += [f"value: {e}" for e in label_value_errors(value)]

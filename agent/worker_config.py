@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 import yaml
 
@@ -35,6 +36,8 @@ from agent.discovery import DiscoveryConfig
 from agent.rules.yaml_lines import LineList, LineMap, YamlShapeError, load_documents
 from agent.sources import SOURCE_NAMES
 from agent.sources._config import STRINGS
+
+SourceValues = dict[str, str | tuple[str, ...]]  # a source's Config fields as parsed, by field name
 
 MAX_CONFIG_BYTES = 1024 * 1024
 AGENT_SECTION = "nodeFeatureAgent"
@@ -129,7 +132,7 @@ class _Parser:
         self.warnings.append(ConfigProblem(self.path, line, message))
 
     # -- shapes -------------------------------------------------------------------------------
-    def mapping(self, value: Any, where: str, line: int) -> LineMap | None:
+    def mapping(self, value: object, where: str, line: int) -> LineMap | None:
         if value is None:
             return None
         if not isinstance(value, LineMap):
@@ -137,7 +140,7 @@ class _Parser:
             return None
         return value
 
-    def strings(self, value: Any, where: str, line: int) -> tuple[str, ...] | None:
+    def strings(self, value: object, where: str, line: int) -> tuple[str, ...] | None:
         if value is None:
             return ()
         if not isinstance(value, LineList):
@@ -152,7 +155,7 @@ class _Parser:
             items.append(item)
         return tuple(items)
 
-    def string(self, value: Any, where: str, line: int) -> str | None:
+    def string(self, value: object, where: str, line: int) -> str | None:
         if value is None:
             return ""
         if not isinstance(value, str):
@@ -161,13 +164,13 @@ class _Parser:
         return value
 
     # -- sections -----------------------------------------------------------------------------
-    def parse(self, root: Any, node_name: str) -> WorkerConfig:
+    def parse(self, root: object, node_name: str) -> WorkerConfig:
         root = self.mapping(root, "the file", 1) or _empty()
         for key in root:
             if key not in ("core", "sources", AGENT_SECTION):
                 self.error(root.line_of(key), f"unknown top-level key {key!r} (known: core, sources, {AGENT_SECTION})")
         feature_sources, label_sources, whitelist = self.core(root.get("core"), root.line_of("core"))
-        configs: dict[str, dict[str, Any]] = {}
+        configs: dict[str, SourceValues] = {}
         self.sources(root.get("sources"), root.line_of("sources"), "sources", configs)
         agent = self.mapping(root.get(AGENT_SECTION), AGENT_SECTION, root.line_of(AGENT_SECTION))
         if agent is not None:
@@ -180,7 +183,7 @@ class _Parser:
                                     label_whitelist=whitelist)
         return WorkerConfig(discovery, feature_sources, tuple(self.warnings))
 
-    def core(self, value: Any, line: int) -> tuple[tuple[str, ...], frozenset[str] | None, str]:
+    def core(self, value: object, line: int) -> tuple[tuple[str, ...], frozenset[str] | None, str]:
         core = self.mapping(value, "core", line) or _empty()
         for key in core:
             if key in IGNORED_CORE:
@@ -226,7 +229,7 @@ class _Parser:
                 self.error(line, f"core.{key}: unknown source {name!r} (known: all, {', '.join(SOURCE_NAMES)})")
         return enabled
 
-    def sources(self, value: Any, line: int, where: str, configs: dict[str, dict[str, Any]]) -> None:
+    def sources(self, value: object, line: int, where: str, configs: dict[str, SourceValues]) -> None:
         sources = self.mapping(value, where, line)
         if sources is None:
             return
@@ -241,7 +244,7 @@ class _Parser:
                 continue
             self.source_section(name, body, name_line, f"{where}.{name}", section, configs.setdefault(name, {}))
 
-    def source_section(self, name: str, body: Any, line: int, where: str, section: str, values: dict[str, Any]) -> None:
+    def source_section(self, name: str, body: object, line: int, where: str, section: str, values: SourceValues) -> None:
         fields = {f.metadata["key"]: f for f in dataclasses.fields(_module(name).Config)
                   if f.metadata.get("section") == section}
         mapping = self.mapping(body, where, line)
@@ -262,7 +265,7 @@ class _Parser:
                 values[field.name] = parsed
                 self.check_values(name, key, parsed, key_line, where)
 
-    def check_values(self, source: str, key: str, values: Any, line: int, where: str) -> None:
+    def check_values(self, source: str, key: str, values: str | tuple[str, ...], line: int, where: str) -> None:
         """Warnings for values NFD would silently ignore."""
         if key == "deviceLabelFields":
             valid = _module(source).LABEL_FIELDS
@@ -275,7 +278,7 @@ class _Parser:
                 self.warn(line, f"{where}.{key}: {', '.join(map(repr, bad))} are not hex class prefixes and match nothing")
 
 
-def _flatten(mapping: LineMap, parents: set[str], prefix: str = ""):
+def _flatten(mapping: LineMap, parents: set[str], prefix: str = "") -> Iterator[tuple[str, object, int]]:
     """``(dotted key, value, line)``: a mapping under a key that nests options (``cpuid``)
     yields its keys dotted (``cpuid.attributeBlacklist``)."""
     for key, value in mapping.items():
@@ -292,10 +295,10 @@ def _empty() -> LineMap:
     return empty
 
 
-def _module(name: str):
+def _module(name: str) -> ModuleType:
     return importlib.import_module(f"agent.sources.{name}")
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return {dict: "a mapping", LineMap: "a mapping", list: "a list", LineList: "a list", bool: "a boolean",
             int: "a number", float: "a number", str: "a string", type(None): "null"}.get(type(value), type(value).__name__)

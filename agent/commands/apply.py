@@ -66,7 +66,7 @@ def connect(args: argparse.Namespace) -> NodeApi:
         raise ConfigurationError(f"--kubeconfig {args.kubeconfig!r} is not a file")
     try:
         return light_node_api(load_configuration(args.kubeconfig or None))
-    except Exception as exc:  # noqa: BLE001 - any failure to read the client configuration is a configuration error
+    except Exception as exc:  # any failure to read the client configuration is a configuration error
         where = args.kubeconfig or "in-cluster service account"
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise ConfigurationError(f"cannot load Kubernetes client configuration ({where}): {reason[:300]}") from exc

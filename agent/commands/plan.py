@@ -15,8 +15,13 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from agent.config import add_host_arguments, add_policy_arguments, discovery_config, rule_options, rules_dirs, selected_sources
+
+if TYPE_CHECKING:  # imported where used: the command line starts without them
+    from agent.desired import DesiredNodeState
+    from agent.rules import Catalogue, Plan
 
 HELP = "print the desired labels, extended resources, taints and annotations for this host (or a fixture); no cluster needed"
 
@@ -57,7 +62,7 @@ def node_labels(args: argparse.Namespace) -> dict[str, str]:
         raise SystemExit(2) from exc
 
 
-def compute(args: argparse.Namespace):
+def compute(args: argparse.Namespace) -> tuple[Plan, Catalogue]:
     """Discover, load and plan: -> (rules.Plan, catalogue)."""
     from agent import rules
     from agent.discovery import discover
@@ -82,7 +87,7 @@ def compute(args: argparse.Namespace):
     return result, catalogue
 
 
-def render_table(state) -> str:
+def render_table(state: DesiredNodeState) -> str:
     lines = [f"LABELS ({len(state.labels)})"]
     width = max((len(k) for k in state.labels), default=0)
     lines += [f"  {k.ljust(width)}  {v}   <- {state.provenance[k].origin}" for k, v in sorted(state.labels.items())]
@@ -95,20 +100,33 @@ def render_table(state) -> str:
     return "\n".join(lines)
 
 
-def plugin_devices(args: argparse.Namespace, state) -> dict[str, list[dict]]:
+class DeviceEntry(TypedDict):
+    """One device a plugin would advertise, as printed."""
+
+    id: str
+    health: str  # Healthy or Unhealthy
+    nodes: list[str]  # host paths of its /dev nodes
+    why: NotRequired[str]  # why it is unhealthy
+
+
+def plugin_devices(args: argparse.Namespace, state: DesiredNodeState) -> dict[str, list[DeviceEntry]]:
     """What each resource's device plugin would advertise on this host, as ``run`` resolves it."""
     from agent.deviceplugin.resolve import resolve_claims
     from agent.hostfs import HostFS
 
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[DeviceEntry]] = {}
     for name, resolved in sorted(resolve_claims(HostFS(args.host_root), state.device_claims).items()):
-        out[name] = [{"id": d.id, "health": "Healthy" if d.healthy else "Unhealthy",
-                      "nodes": [n.host_path for n in d.nodes], **({"why": d.why} if d.why else {})}
-                     for d in resolved.devices]
+        out[name] = []
+        for device in resolved.devices:
+            entry: DeviceEntry = {"id": device.id, "health": "Healthy" if device.healthy else "Unhealthy",
+                                  "nodes": [n.host_path for n in device.nodes]}
+            if device.why:
+                entry["why"] = device.why
+            out[name].append(entry)
     return out
 
 
-def render_devices(devices: dict[str, list[dict]]) -> str:
+def render_devices(devices: dict[str, list[DeviceEntry]]) -> str:
     lines = [f"DEVICE PLUGIN ({len(devices)} resource(s), kubelet owns their capacity)"]
     for name, items in devices.items():
         lines.append(f"  {name}: {len(items)} device(s)")
