@@ -44,7 +44,7 @@ class Lit:
         self.items = items
 
     def fields(self) -> dict[str, Any]:
-        return {k: v for k, v in self.items}
+        return dict(self.items)
 
 
 class Ident(str):
@@ -94,7 +94,7 @@ class Reader:
         type_name = ""
         while self.peek()[1] in ("[]", "*") or self.peek()[0] == "ident":
             type_name += self.take()[1]
-            if self.peek()[1] == "{" or self.peek()[0] != "ident" and self.peek()[1] not in ("[]", "*"):
+            if self.peek()[1] == "{" or (self.peek()[0] != "ident" and self.peek()[1] not in ("[]", "*")):
                 break
         if self.peek()[1] == "{":
             return self.literal(type_name)
