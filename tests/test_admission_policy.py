@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import celpy
 import pytest
@@ -111,7 +112,7 @@ def _record_agent_writes() -> list[tuple[dict, dict]]:
         pairs = ledger.agent_writes()
         labelled = pairs[-1][1]
         # clean: the agent removes everything it owns
-        from agent.reconcile import NodeApi, Reconciler
+        from agent.reconcile import Reconciler
         from agent.runtime.light_core import light_node_api
 
         Reconciler(light_node_api(server.client_configuration()), NODE, emit_events=False).clean()

@@ -9,6 +9,7 @@ extended resources) but must refuse everything Kubernetes refuses.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from agent.reconcile.diff import _valid_taints
 from agent.reconcile.quantity import canonical_count
 from tests.support import validation as server_side
 from tests.support.apiserver import FakeApiServer
+from tests.support.store import NotFound
 
 DATA = json.loads((Path(__file__).parent / "data" / "k8s" / "core_node_validation_cases.json").read_text())
 CASES = DATA["cases"]
@@ -83,10 +85,8 @@ def test_over_http_the_test_api_server_answers_as_kubernetes(api, case):
     PUT of /status (ValidateNode + ValidateNodeUpdate, and ValidateNodeUpdate: both run the
     label and resource rules)."""
     name = case["node"]["metadata"]["name"]
-    try:
+    with contextlib.suppress(NotFound):
         api.delete_node(name)
-    except Exception:
-        pass
     api.add_node(name, labels={}, capacity={})
     core = api.core_api()
     current = json.loads(core.read_node(name, _preload_content=False).data)

@@ -198,7 +198,7 @@ def test_worker_config_configmap_is_valid_and_mounted_where_config_points():
     assert "subPath" not in mount, "subPath mounts never see ConfigMap updates (no hot reload)"
     assert VOLUMES["worker-config"]["configMap"]["name"] == "node-feature-agent-worker-config"
     # the commented example in the shipped file parses too once uncommented
-    header, *body = shipped_worker_config().read_text().splitlines(keepends=True)
+    _header, *body = shipped_worker_config().read_text().splitlines(keepends=True)
     text = "".join(line[1:] if line.startswith("#") else line for line in body)
     assert "pci" in load_worker_config_text(text).discovery.sources
 
@@ -263,7 +263,6 @@ def test_what_the_image_would_run_labels_its_node_and_stops_on_sigterm(tmp_path)
     """The container's command (console script + the DaemonSet's args, NODE_NAME from the
     environment) against the in-repo API server: it labels the Node, removes the startup taint
     and exits 0 on SIGTERM, as the kubelet stops it."""
-    import os
     import signal
     import time
 

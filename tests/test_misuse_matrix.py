@@ -201,9 +201,9 @@ def test_sigterm_ends_run_within_a_second_while_the_api_is_unreachable(tmp_path)
         port = probe.getsockname()[1]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:%d'}}]\n"
+        f"apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
-        "current-context: x\n" % port)
+        "current-context: x\n")
     for phase, extra in (("startup-jitter", ["--startup-jitter", "30"]), ("retrying", ["--startup-jitter", "0"])):
         env = {k: v for k, v in os.environ.items() if k != "NODE_FEATURE_AGENT_RULES"}
         env["PYTHONPATH"] = str(REPO)

@@ -18,7 +18,7 @@ def test_short_soak_ends_correct():
         [sys.executable, str(REPO / "bench" / "soak.py"), "--duration", "40", "--fault-every", "3.5",
          "--rules-every", "7", "--warmup", "10", "--sample-every", "2", "--json", "--check"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
-    head, _, tail = done.stdout.partition("\nFAIL")
+    head, _, _ = done.stdout.partition("\nFAIL")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(head)
     assert result["hotplugs"] >= 10 and result["faults"] >= 5

@@ -22,10 +22,10 @@ from tests.rules.test_catalogue_ids import EXCERPT, catalogue_ids  # noqa: E402
 ID_FILES = {"pci": Path("/usr/share/misc/pci.ids"), "usb": Path("/usr/share/misc/usb.ids")}
 #: ids absent from usb.ids/pci.ids, with the vendor's own file that defines them
 VENDOR_SOURCES = {
-    ("usb", "1a6e", "089a"): ("google-coral/libedgetpu@3164995622300286ef2bb14d7fdc2792dae045b7:"
-                              "debian/edgetpu-accelerator.rules", "Coral USB Accelerator before firmware load"),
-    ("usb", "18d1", "9302"): ("google-coral/libedgetpu@3164995622300286ef2bb14d7fdc2792dae045b7:"
-                              "debian/edgetpu-accelerator.rules", "Coral USB Accelerator after firmware load"),
+    ("usb", "1a6e", "089a"): (("google-coral/libedgetpu@3164995622300286ef2bb14d7fdc2792dae045b7:"
+                               "debian/edgetpu-accelerator.rules"), "Coral USB Accelerator before firmware load"),
+    ("usb", "18d1", "9302"): (("google-coral/libedgetpu@3164995622300286ef2bb14d7fdc2792dae045b7:"
+                               "debian/edgetpu-accelerator.rules"), "Coral USB Accelerator after firmware load"),
 }
 
 

@@ -19,6 +19,7 @@ Sprig tests run Go's template with Sprig's ``TxtFuncMap``; the expected strings 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 import subprocess
@@ -59,7 +60,7 @@ def functions_called(template: str) -> set[str]:
 def cases_of(name: str, source: str) -> list[dict]:
     out = []
     starts = [(m.start(), m.group(1)) for m in FUNC_START.finditer(source)] + [(len(source), "")]
-    for (begin, test), (end, _next) in zip(starts, starts[1:]):
+    for (begin, test), (end, _next) in itertools.pairwise(starts):
         body = source[begin:end]
         for m in RUNT_INLINE.finditer(body):
             out.append({"file": name, "test": test, "template": go_string(m.group(1)), "expected": go_string(m.group(2))})

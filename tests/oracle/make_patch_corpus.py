@@ -57,7 +57,7 @@ def main() -> None:
         done = subprocess.run([args.go, "run", str(HERE / "jsonpatch.go")], input=stdin, env=env,
                               capture_output=True, text=True, check=True)
     results = json.loads(done.stdout)
-    records = [{"suite": c["suite"], "index": c["index"], "kind": c["kind"], **r} for c, r in zip(todo, results)]
+    records = [{"suite": c["suite"], "index": c["index"], "kind": c["kind"], **r} for c, r in zip(todo, results, strict=True)]
     OUT.write_text(json.dumps({"recorded_with": f"{version}; golang-github-evanphx-json-patch-dev {package}",
                                "generator": "tests/oracle/make_patch_corpus.py", "cases": records},
                               ensure_ascii=False, indent=0) + "\n")

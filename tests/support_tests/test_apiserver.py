@@ -7,6 +7,7 @@ timeout; the server is stopped in fixture teardown.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -134,7 +135,7 @@ def test_json_patch_ops_and_failures_are_atomic(api, core):
                  {"op": "remove", "path": "/status/capacity/example.com~1missing"}],
                 [{"op": "add", "path": "/status/nothere/x", "value": "1"}],
                 [{"op": "frobnicate", "path": "/x"}]):
-        status, body, _ = error(lambda: patch(core, ops, JSON_PATCH, status=True))
+        status, body, _ = error(functools.partial(patch, core, ops, JSON_PATCH, status=True))
         # patch.go: errors.NewGenericServerResponse(422, "", GroupResource{}, "", err.Error(), 0, false):
         # the library's text is dropped, details is present and empty
         assert status == 422 and body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -152,8 +153,8 @@ def test_json_patch_ops_and_failures_are_atomic(api, core):
     for body, code, message in (({"op": "add"}, 400, "json: cannot unmarshal object into Go value of type jsonpatch.Patch"),
                                 ([1], 400, "json: cannot unmarshal number into Go value of type jsonpatch.Operation"),
                                 ([{"op": "test", "path": "/x"}] * 10_001, 413,
-                                 "Request entity too large: The allowed maximum operations in a JSON patch is 10000, "
-                                 "got 10001")):
+                                 ("Request entity too large: The allowed maximum operations in a JSON patch is 10000, "
+                                  "got 10001"))):
         status, answer = send(api, "PATCH", "/api/v1/nodes/n1", body, JSON_PATCH)
         assert (status, answer["message"], answer["reason"]) == (code, message, {400: "BadRequest",
                                                                                    413: "RequestEntityTooLarge"}[code])
@@ -561,7 +562,7 @@ def test_stop_ends_open_watches_without_hanging():
     def consume():
         try:
             list(watch.Watch().stream(core.list_node, timeout_seconds=60, _request_timeout=(2.0, 30.0)))
-        except Exception:  # the connection is cut: any error is fine, hanging is not
+        except Exception:  # noqa: BLE001, S110 - the connection is cut: any error is fine, hanging is not
             pass
         ended.set()
 

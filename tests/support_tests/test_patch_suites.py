@@ -97,10 +97,7 @@ def test_json_patch_does_what_kube_apiservers_library_does(case):
 def test_the_library_agrees_with_the_rfc_suite_except_where_pinned(case):
     test = SUITES[case["suite"]][case["index"]]
     kind, value = ("ok", case["result"]) if case["ok"] else ("error", case["error"])
-    if "error" in test:
-        expected_kind = "error"
-    else:
-        expected_kind = "ok"
+    expected_kind = "error" if "error" in test else "ok"
     agrees = kind == expected_kind and ("expected" not in test or value == test["expected"])
     assert agrees != ((case["suite"], case["index"]) in LIBRARY_DEPARTS_FROM_RFC_SUITE), (test, kind, value)
 
