@@ -66,7 +66,7 @@ def _internal(value: Any, in_map: bool = False) -> Any:
     """The internal Go struct's JSON: field names capitalised; a map's keys stay as they are."""
     if isinstance(value, Mapping):
         if in_map:
-            return {k: v for k, v in sorted(value.items())}
+            return dict(sorted(value.items()))
         return {k[:1].upper() + k[1:]: _internal(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_internal(v) for v in value]
