@@ -19,6 +19,7 @@ from agent.sources import SOURCE_NAMES
 if TYPE_CHECKING:
     from agent.reconcile.claims import ClaimPolicy
     from agent.rules import Catalogue, RuleOptions
+    from agent.worker_config import WorkerConfig
 
 ENV_HOST_ROOT = "HOST_ROOT"
 ENV_RULES = "NODE_FEATURE_AGENT_RULES"
@@ -137,7 +138,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-allow an exact namespace that is denied, even under kubernetes.io; repeatable (NFD -extra-label-ns)")
 
 
-def rule_options(args: argparse.Namespace):
+def rule_options(args: argparse.Namespace) -> RuleOptions:
     """The ``RuleOptions`` the policy flags ask for (defaults when a command has none)."""
     from agent.rules import RuleOptions
 
@@ -165,13 +166,13 @@ def selected_sources(args: argparse.Namespace) -> list[str]:
     return names
 
 
-def worker_config(args: argparse.Namespace):
+def worker_config(args: argparse.Namespace) -> WorkerConfig | None:
     """The ``--config`` file's ``WorkerConfig`` (loaded once per command), or None without one;
     ``ConfigurationError`` naming file:line for a missing or invalid file."""
     path = getattr(args, "config", "") or ""
     if not path:
         return None
-    cached = getattr(args, "_worker_config", None)
+    cached: tuple[str, WorkerConfig] | None = getattr(args, "_worker_config", None)
     if cached is not None and cached[0] == path:
         return cached[1]
     from agent.worker_config import WorkerConfigError, load_worker_config
