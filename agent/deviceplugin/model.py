@@ -8,9 +8,9 @@ the host restarts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 MAX_DEVICE_ID = 63
 """``Device.ID``: "Max length of this field is 63 characters" (api.proto)."""

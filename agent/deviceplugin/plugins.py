@@ -23,8 +23,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Callable, Mapping
 
 import grpc
 
@@ -130,7 +130,7 @@ class DevicePlugins:
             return frozenset(self._registered)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> "DevicePlugins":
+    def start(self) -> DevicePlugins:
         self._thread.start()
         return self
 

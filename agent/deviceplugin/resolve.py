@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from agent.device_claims import DeviceClaim, MatchedDevice, NodeSpec
 from agent.deviceplugin.model import MAX_DEVICE_ID, DeviceNode, HostMount, PluginDevice, ResourceDevices

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Callable, Iterator
 
 import grpc
 
@@ -75,16 +75,21 @@ def preferred(state: ResourceDevices, available: list[str], must: list[str], siz
 
 
 class _Service(api_pb2_grpc.DevicePluginServicer):
-    def __init__(self, owner: "ResourceServer") -> None:
+    """The DevicePlugin service; its method names are the gRPC service's."""
+
+    def __init__(self, owner: ResourceServer) -> None:
         self.owner = owner
 
-    def GetDevicePluginOptions(self, request, context):  # noqa: N802 - gRPC method names
+    def GetDevicePluginOptions(self, request: api_pb2.Empty,
+                               context: grpc.ServicerContext) -> api_pb2.DevicePluginOptions:
         return api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
-    def ListAndWatch(self, request, context) -> Iterator[api_pb2.ListAndWatchResponse]:  # noqa: N802
+    def ListAndWatch(self, request: api_pb2.Empty,
+                     context: grpc.ServicerContext) -> Iterator[api_pb2.ListAndWatchResponse]:
         return self.owner.stream(context)
 
-    def GetPreferredAllocation(self, request, context):  # noqa: N802
+    def GetPreferredAllocation(self, request: api_pb2.PreferredAllocationRequest,
+                               context: grpc.ServicerContext) -> api_pb2.PreferredAllocationResponse:
         state = self.owner.state
         out = api_pb2.PreferredAllocationResponse()
         for req in request.container_requests:
@@ -92,7 +97,7 @@ class _Service(api_pb2_grpc.DevicePluginServicer):
             out.container_responses.add(deviceIDs=ids)
         return out
 
-    def Allocate(self, request, context):  # noqa: N802
+    def Allocate(self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext) -> api_pb2.AllocateResponse:
         state = self.owner.state
         out = api_pb2.AllocateResponse()
         try:
@@ -108,7 +113,8 @@ class _Service(api_pb2_grpc.DevicePluginServicer):
                  extra={"event": "device-plugin-allocate"})
         return out
 
-    def PreStartContainer(self, request, context):  # noqa: N802
+    def PreStartContainer(self, request: api_pb2.PreStartContainerRequest,
+                          context: grpc.ServicerContext) -> api_pb2.PreStartContainerResponse:
         return api_pb2.PreStartContainerResponse()
 
 
@@ -143,7 +149,7 @@ class ResourceServer:
                 self._cond.notify_all()
             return changed
 
-    def stream(self, context) -> Iterator[api_pb2.ListAndWatchResponse]:
+    def stream(self, context: grpc.RpcContext) -> Iterator[api_pb2.ListAndWatchResponse]:
         sent = -1
         while True:
             with self._cond:
@@ -154,7 +160,7 @@ class ResourceServer:
                 sent, state = self._generation, self._state
             yield api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in state.devices])
 
-    def start(self) -> "ResourceServer":
+    def start(self) -> ResourceServer:
         """Listen on a fresh socket (a stale file from an earlier run is removed first)."""
         try:
             os.unlink(self.socket_path)

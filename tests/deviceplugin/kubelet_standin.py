@@ -41,7 +41,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         self._server: grpc.Server | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, wipe: bool = True) -> "KubeletStandIn":
+    def start(self, wipe: bool = True) -> KubeletStandIn:
         if wipe:
             for name in os.listdir(self.dir):
                 if name != "kubelet_internal_checkpoint":
@@ -71,7 +71,7 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         self.start(wipe=True)
 
     # -- Registration ---------------------------------------------------------------------
-    def Register(self, request, context):  # noqa: N802
+    def Register(self, request, context):
         if request.version not in SUPPORTED_VERSIONS:
             context.abort(grpc.StatusCode.UNKNOWN, f"unsupported API version {request.version}")
         if request.resource_name.startswith("kubernetes.io/") or extended_resource_name_errors(request.resource_name):

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 
+import grpc
 import pytest
 
 from agent.reconcile import BackoffSettings
@@ -184,7 +185,7 @@ def test_coral_usb_re_enumeration_boot_state_is_never_allocated_and_the_loaded_o
     boot, loaded = "usb-0000:00:14.0-1-2", "usb-0000:00:14.0-2-2"
     try:
         kubelet.wait_list(TPU, [(boot, "Unhealthy")])
-        with pytest.raises(Exception):  # kubelet never gets the DFU node
+        with pytest.raises(grpc.RpcError):  # kubelet never gets the DFU node
             kubelet.allocate(TPU, [boot])
         root, new = h.host.root, FIXTURES / "coral-usb"
         for entry in ("sys/bus/usb/devices/1-2:1.0", "sys/bus/usb/devices/1-2",

@@ -1,6 +1,7 @@
-"""Regenerate ``api_pb2.py`` and ``api_pb2_grpc.py`` from Kubernetes' ``api.proto``.
+"""Regenerate ``api_pb2.py`` and ``api_pb2_grpc.py`` from Kubernetes' ``api.proto``, with their
+type stubs (``api_pb2.pyi`` from protoc, ``api_pb2_grpc.pyi`` from mypy-protobuf) for mypy.
 
-Usage (needs ``pip install grpcio-tools``; not a runtime dependency)::
+Usage (needs ``pip install grpcio-tools mypy-protobuf``; not runtime dependencies)::
 
     python agent/deviceplugin/v1beta1/regenerate.py \
         <kubernetes checkout>/staging/src/k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.proto
@@ -15,30 +16,34 @@ from __future__ import annotations
 
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REL = Path("agent/deviceplugin/v1beta1")
+GENERATED = ("api_pb2.py", "api_pb2_grpc.py", "api_pb2.pyi", "api_pb2_grpc.pyi")
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not Path(argv[0]).is_file():
         print(__doc__, file=sys.stderr)
         return 2
-    from grpc_tools import protoc  # noqa: PLC0415 - a build tool, imported only here
+    from grpc_tools import protoc  # a build tool, imported only here
 
     with tempfile.TemporaryDirectory() as scratch:
         target = Path(scratch) / REL
         target.mkdir(parents=True)
         shutil.copy(argv[0], target / "api.proto")
-        status = protoc.main(["protoc", f"-I{scratch}", f"--python_out={scratch}", f"--grpc_python_out={scratch}",
-                              str(REL / "api.proto")])
+        plugin = Path(sysconfig.get_path("scripts")) / "protoc-gen-mypy_grpc"  # installed by mypy-protobuf
+        status: int = protoc.main(["protoc", f"-I{scratch}", f"--python_out={scratch}", f"--grpc_python_out={scratch}",
+                                   f"--pyi_out={scratch}", f"--plugin=protoc-gen-mypy_grpc={plugin}",
+                                   f"--mypy_grpc_out={scratch}", str(REL / "api.proto")])
         if status != 0:
             return status
-        for name in ("api_pb2.py", "api_pb2_grpc.py"):
+        for name in GENERATED:
             shutil.copy(target / name, HERE / name)
-    print(f"regenerated {HERE}/api_pb2.py and api_pb2_grpc.py")
+    print(f"regenerated {', '.join(GENERATED)} in {HERE}")
     return 0
 
 
