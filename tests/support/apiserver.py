@@ -28,14 +28,14 @@ import string
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tests.support import discovery, patching, quantity, selectors, validation
-from tests.support import schema
+from tests.support import discovery, patching, quantity, schema, selectors, validation
 from tests.support.faults import Faults
 from tests.support.store import AlreadyExists, Conflict, NotFound, Store, now_stamp
 from tests.support.watch import Watcher, WatchRegistry, gone, stream
@@ -149,7 +149,7 @@ class SecondWriter:
     LABEL = "second-writer.example.com/counter"
     TAINT = "second-writer.example.com/flap"
 
-    def __init__(self, server: "FakeApiServer", node: str, interval: float = 0.05) -> None:
+    def __init__(self, server: FakeApiServer, node: str, interval: float = 0.05) -> None:
         self.server, self.node, self.interval = server, node, interval
         self.edits = 0
         self.errors: list[BaseException] = []
@@ -169,7 +169,7 @@ class SecondWriter:
                 self.edits += 1
             except NotFound:
                 pass  # the node is being recreated: keep trying
-            except Exception as exc:  # surfaced through .errors, never lost
+            except Exception as exc:  # noqa: BLE001 - surfaced through .errors, never lost
                 self.errors.append(exc)
                 return
             self._stop.wait(self.interval)
@@ -178,7 +178,7 @@ class SecondWriter:
     def last_value(self) -> str:
         return str(self.edits)
 
-    def start(self) -> "SecondWriter":
+    def start(self) -> SecondWriter:
         self._thread.start()
         return self
 
@@ -187,7 +187,7 @@ class SecondWriter:
         if self._thread.is_alive():
             self._thread.join(5)
 
-    def __enter__(self) -> "SecondWriter":
+    def __enter__(self) -> SecondWriter:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:
@@ -198,14 +198,14 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, fake: "FakeApiServer") -> None:
+    def __init__(self, fake: FakeApiServer) -> None:
         self.fake = fake
         self.connections: set[socket.socket] = set()
         self.threads: list[threading.Thread] = []
         self.conn_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
 
-    def process_request(self, request, client_address):  # noqa: ANN001 - socketserver signature
+    def process_request(self, request, client_address):  # socketserver signature
         with self.conn_lock:
             self.connections.add(request)
             self.threads = [t for t in self.threads if t.is_alive()]
@@ -213,13 +213,14 @@ class _HttpServer(ThreadingHTTPServer):
             self.threads.append(thread)
         thread.start()
 
-    def shutdown_request(self, request):  # noqa: ANN001
+    def shutdown_request(self, request):
         with self.conn_lock:
             self.connections.discard(request)
         super().shutdown_request(request)
 
-    def handle_error(self, request, client_address):  # noqa: ANN001 - keep test output quiet
-        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+    def handle_error(self, request, client_address):  # keep test output quiet
+        # socketserver calls this inside its except block, so exc_info is the error's
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)  # noqa: LOG014
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -230,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
 
     def log_message(self, fmt: str, *args: Any) -> None:  # quiet: the request log is the record
-        log.debug("%s " + fmt, self.address_string(), *args)
+        log.debug("%s %s", self.address_string(), fmt % args)
 
     def do_GET(self) -> None:
         self._serve()
@@ -432,7 +433,7 @@ class FakeApiServer:
         self.routes: list[Route] = [pods.route, objects.route]
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> "FakeApiServer":
+    def start(self) -> FakeApiServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
@@ -479,7 +480,7 @@ class FakeApiServer:
                 thread.join(max(0.0, deadline - time.monotonic()))
         self._httpd = None
 
-    def __enter__(self) -> "FakeApiServer":
+    def __enter__(self) -> FakeApiServer:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:
@@ -826,7 +827,7 @@ class FakeApiServer:
                              "metadata": {"resourceVersion": str(rv)}, "items": items}
             if method == "POST":
                 return self._create(resource, kind, namespace, body, dry_run, api_version)
-            raise ApiError(405, status_body(405, f"the server does not allow this method on the requested resource"))
+            raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
         name, sub = rest[0], rest[1] if len(rest) > 1 else None
         ns = namespace or ""
         if len(rest) > 2 or (sub and (resource, sub) not in (("nodes", "status"), ("pods", "eviction"), ("pods", "status"))):

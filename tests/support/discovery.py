@@ -60,10 +60,10 @@ def _age(stamp: str | None) -> str:
     if not stamp:
         return "<unknown>"
     try:
-        then = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc)
+        then = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC)
     except ValueError:
         return "<unknown>"
-    seconds = int((_dt.datetime.now(_dt.timezone.utc) - then).total_seconds())
+    seconds = int((_dt.datetime.now(_dt.UTC) - then).total_seconds())
     return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
 
 
@@ -91,7 +91,7 @@ def table(resource: str, items: list[dict[str, Any]], rv: int) -> dict[str, Any]
             "columnDefinitions": columns,
             "rows": [{"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                                  "metadata": item["metadata"]}}
-                     for cells, item in zip(rows, items)]}
+                     for cells, item in zip(rows, items, strict=True)]}
 
 
 # The real OpenAPI v3 document of the core group, recorded by Kubernetes itself: client-go's

@@ -316,7 +316,7 @@ def validate_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Caus
         return causes
     munged = copy.deepcopy(new_spec)
     for kind in ("containers", "initContainers"):
-        munged[kind] = [dict(c, image=o.get("image")) for c, o in zip(munged.get(kind) or [], old_spec.get(kind) or [])]
+        munged[kind] = [dict(c, image=o.get("image")) for c, o in zip(munged.get(kind) or [], old_spec.get(kind) or [], strict=False)]
     for name in ("activeDeadlineSeconds", "schedulingGates", "tolerations"):
         munged[name] = copy.deepcopy(old_spec.get(name))
     grace = old_spec.get("terminationGracePeriodSeconds")

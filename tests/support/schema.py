@@ -7,7 +7,7 @@ API's OpenAPI spec), not a list written here."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kubernetes.client import models
@@ -16,7 +16,7 @@ _LIST = re.compile(r"^[Ll]ist\[(.+)\]$")  # "List[V1Taint]" (newer clients) or "
 _DICT = re.compile(r"^[Dd]ict[\[(]str, (.+)[\])]$")  # "Dict[str, str]" or "dict(str, str)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(model: str) -> dict[str, str] | None:
     """JSON field name -> type name of a client model (None: not a model, keep as is)."""
     cls = getattr(models, model, None)

@@ -9,7 +9,8 @@ Field selectors: ``a.b=x``, ``a.b==x``, ``a.b!=x`` over dotted paths (``metadata
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 _SET_RE = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")

@@ -14,8 +14,9 @@ import datetime as _dt
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 HISTORY_LIMIT = 10_000
 
@@ -49,7 +50,7 @@ class WatchEvent:
 
 
 def now_stamp() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _strip_empty(obj: dict[str, Any]) -> dict[str, Any]:

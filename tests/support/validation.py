@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from tests.support import quantity
 
@@ -247,7 +248,7 @@ def decode_problem(node: Mapping[str, Any]) -> str | None:
             continue
         if not isinstance(values, Mapping):
             return f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{name} of type map[string]string"
-        for key, value in values.items():
+        for value in values.values():
             if not isinstance(value, str):
                 return (f"json: cannot unmarshal {type(value).__name__} into Go struct field "
                         f"ObjectMeta.metadata.{name} of type string")

@@ -20,8 +20,9 @@ import copy
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tests.support.store import Store, WatchEvent
 
@@ -118,7 +119,7 @@ def bookmark(kind: str, rv: int) -> dict[str, Any]:
     if kind == "Node":
         obj["spec"] = {}
         obj["status"] = {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
-                         "nodeInfo": {name: "" for name in _NODE_INFO_FIELDS}}
+                         "nodeInfo": dict.fromkeys(_NODE_INFO_FIELDS, "")}
     return obj
 
 
