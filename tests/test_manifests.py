@@ -122,7 +122,9 @@ def test_args_use_the_agreed_run_flags():
     for taint in flag("startup-taint"):
         assert re.fullmatch(r"[^=:]+(=[^:]*)?:(NoSchedule|PreferNoSchedule|NoExecute)", taint)
         assert not qualified_name_errors(taint.split(":")[0].split("=")[0])
-    known = {"host-root", "rules", "config", "node-name", "metrics-port", "resync-interval", "udev-mode", "startup-taint", "pod-guard", "evict-orphans"}
+    known = {"host-root", "rules", "config", "node-name", "metrics-port", "resync-interval", "udev-mode", "startup-taint",
+             "pod-guard", "evict-orphans", "rules-from-cluster"}
+    assert flag("rules-from-cluster") == ["on"]
     for arg in ARGS[1:]:
         assert arg.startswith("--") and arg[2:].split("=")[0] in known, arg
 
@@ -376,6 +378,9 @@ def test_rbac_is_minimal():
     assert granted == {
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch"),
         ("", "nodes/status", "patch"),
+        # --rules-from-cluster: NFD's objects, read only
+        ("nfd.k8s-sigs.io", "nodefeaturerules", "list"), ("nfd.k8s-sigs.io", "nodefeaturerules", "watch"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "list"), ("nfd.k8s-sigs.io", "nodefeatures", "watch"),
     }
     # Events: create only, core/v1 only, only in the namespace the code posts Node events to
     from agent.reconcile.events import EVENT_NAMESPACE

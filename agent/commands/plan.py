@@ -17,11 +17,20 @@ import os
 import sys
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from agent.config import add_host_arguments, add_policy_arguments, discovery_config, rule_options, rules_dirs, selected_sources
+from agent.config import (
+    add_host_arguments,
+    add_policy_arguments,
+    discovery_config,
+    rule_options,
+    rules_dirs,
+    selected_sources,
+)
 
 if TYPE_CHECKING:  # imported where used: the command line starts without them
     from agent.desired import DesiredNodeState
     from agent.rules import Catalogue, Plan
+    from agent.rules.model import RuleOptions
+    from agent.runtime.cluster_objects import ClusterObjects
 
 HELP = "print the desired labels, extended resources, taints and annotations for this host (or a fixture); no cluster needed"
 
@@ -35,6 +44,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "ownership record says which; other forms carry no record, so only labels this host's own "
                              "plan produces are dropped (pass the Node object for an exact preview of apply --dry-run)")
     parser.add_argument("--node-name", default="", help="value for system.name.nodename (default: $NODE_NAME)")
+    parser.add_argument("--kubeconfig", default="", metavar="FILE",
+                        help="read the cluster's NodeFeatureRule objects and this --node-name's NodeFeature objects "
+                             "through this kubeconfig (as run does); without it nothing is read from a cluster")
+    parser.add_argument("--rules-from-cluster", choices=("on", "off"), default=None,
+                        help="on (the default with --kubeconfig): evaluate the cluster's NFD objects too")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,17 +88,49 @@ def compute(args: argparse.Namespace) -> tuple[Plan, Catalogue]:
     catalogue = rules.load_catalogue(rules_dirs(args), options)
     for error in found.errors:
         print(f"discovery: {error}", file=sys.stderr)
+    features, labels, origins = found.features, found.labels, found.label_origins
+    cluster = read_cluster(args, options)
+    if cluster is not None:
+        catalogue = cluster.catalogue(catalogue)
+        features, labels, origins = cluster.join(features, labels, origins)
     for problem in catalogue.problems:
         print(f"rules: {problem}", file=sys.stderr)
-    result = rules.plan(found.features, found.labels, labels_on_node, catalogue, options, found.label_origins)
+    result = rules.plan(features, labels, labels_on_node, catalogue, options, origins)
     # The agent's own output is never its input (the reconciler passes rules only the labels it
     # does not own): drop given labels this host's discovery or plan produces, and plan again,
     # so `plan --node-labels` equals `apply --dry-run`.
-    own = set(found.labels) | set(result.state.labels)
+    own = set(labels) | set(result.state.labels)
     if own & set(labels_on_node):
         labels_on_node = {k: v for k, v in labels_on_node.items() if k not in own}
-        result = rules.plan(found.features, found.labels, labels_on_node, catalogue, options, found.label_origins)
+        result = rules.plan(features, labels, labels_on_node, catalogue, options, origins)
     return result, catalogue
+
+
+def read_cluster(args: argparse.Namespace, options: RuleOptions) -> ClusterObjects | None:
+    """NFD's objects read once through ``--kubeconfig`` (``--rules-from-cluster``), or None."""
+    choice, kubeconfig = getattr(args, "rules_from_cluster", None), getattr(args, "kubeconfig", "")
+    wanted = choice == "on" or (choice is None and kubeconfig)
+    if not wanted:
+        return None
+    if not kubeconfig:
+        print("error: --rules-from-cluster on needs --kubeconfig", file=sys.stderr)
+        raise SystemExit(2)
+    from kubernetes.client.api_client import ApiClient
+
+    from agent.config import node_name_of
+    from agent.reconcile.node_api import load_configuration
+    from agent.runtime.cluster_objects import ClusterObjects
+    from agent.runtime.light_core import LightCoreV1Api
+
+    cluster = ClusterObjects(node_name_of(args), on_change=lambda: None, options=options)
+    try:
+        notes = cluster.read_once(LightCoreV1Api(ApiClient(load_configuration(kubeconfig))))
+    except Exception as exc:  # any failure to read: say so, plan from files
+        print(f"error: reading NFD objects through {kubeconfig}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+    for note in notes:
+        print(f"cluster: {note}; planned without them", file=sys.stderr)
+    return cluster
 
 
 def render_table(state: DesiredNodeState) -> str:

@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "kubelet then owns those resources' capacity and the agent stops patching them")
     parser.add_argument("--device-plugin-dir", default="/var/lib/kubelet/device-plugins", metavar="DIR",
                         help="kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
+    parser.add_argument("--rules-from-cluster", choices=("on", "off"), default="on",
+                        help="on: also evaluate the cluster's NodeFeatureRule objects (beside --rules) and join this "
+                             "node's NodeFeature objects to discovery, as NFD's master does; the agent runs without them "
+                             "when NFD's CRDs are not installed")
     parser.add_argument("--watch-timeout", type=positive_int, default=900, help=argparse.SUPPRESS)
     parser.add_argument("--retries", type=positive_int, default=1, help=argparse.SUPPRESS)
 
@@ -103,7 +107,8 @@ def settings_from_args(args: argparse.Namespace):
         startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,
         evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,
         watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries),
-        device_plugin=args.device_plugin == "on", device_plugin_dir=args.device_plugin_dir)
+        device_plugin=args.device_plugin == "on", device_plugin_dir=args.device_plugin_dir,
+        rules_from_cluster=args.rules_from_cluster == "on")
 
 
 def run(args: argparse.Namespace) -> int:

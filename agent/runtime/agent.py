@@ -29,6 +29,7 @@ watch sees it appear, not after the error backoff.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -41,6 +42,7 @@ from agent.discovery import DiscoveryConfig
 from agent.hostfs import HostFS
 from agent.reconcile import NodeApi, ReconcileOutcome, Reconciler
 from agent.reconcile.events import REASON_READ_FAILED
+from agent.rules.model import Catalogue
 from agent.runtime import queue as q
 from agent.runtime.api_metrics import instrument
 from agent.runtime.config_state import WorkerConfigState
@@ -54,6 +56,7 @@ from agent.runtime.metrics import AgentMetrics
 from agent.runtime.node_watch import NodeWatcher
 from agent.runtime.planner import NodePlanner
 from agent.runtime.pod_guard import PodGuard
+from agent.runtime.cluster_objects import ClusterObjects
 from agent.runtime.recording_api import RecordingNodeApi
 from agent.runtime.rules_state import RulesState
 from agent.runtime.rules_watch import RulesWatcher
@@ -88,10 +91,13 @@ class Agent:
         self._busy_since: float | None = None
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
+        self.cluster = ClusterObjects(settings.node_name, lambda: self.queue.put(q.RULES),
+                                      on_problem=self._rules_rejected, options=settings.rule_options) \
+            if settings.rules_from_cluster else None
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
                                      max_attempts=max(1, settings.retries), backoff=settings.backoff,
-                                     claims=claim_policy(settings.rule_options, lambda: self.rules.catalogue,
+                                     claims=claim_policy(settings.rule_options, self.catalogue,
                                                          settings.startup_taints))
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
                                         settings.discovery_config or DiscoveryConfig(node_name=settings.node_name),
@@ -117,7 +123,7 @@ class Agent:
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
         self._retry_at: float | None = None
-        self._rules_generation = self.rules.generation
+        self._rules_generation = self._rule_generations()
         self._node_missing = False
         self._node_deliveries = 0
 
@@ -144,6 +150,8 @@ class Agent:
                 self.config_watcher = RulesWatcher([os.path.dirname(os.path.abspath(s.config_path))],
                                                    self._config_edited, recursive=False).start()
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
+        if self.cluster is not None:
+            self.cluster.start(self.api.core, timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout)
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
                                             timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
@@ -160,7 +168,7 @@ class Agent:
         self._stopping.set()
         self.queue.stop()
         self.device_events.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-        for part in (self.rules_watcher, self.config_watcher, self.node_watcher):
+        for part in (self.rules_watcher, self.config_watcher, self.node_watcher, self.cluster):
             if part is not None:
                 part.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
         finished = True
@@ -288,6 +296,14 @@ class Agent:
             self.settings.sources = tuple(state.current.feature_sources)
         return True
 
+    def catalogue(self) -> Catalogue:
+        """The rule files' catalogue, with the cluster's NodeFeatureRule objects when read."""
+        files = self.rules.catalogue
+        return files if self.cluster is None else self.cluster.catalogue(files)
+
+    def _rule_generations(self) -> tuple[int, int]:
+        return self.rules.generation, self.cluster.generation if self.cluster is not None else 0
+
     def _rules_rejected(self, text: str) -> None:
         self.metrics.rules_reloads.labels("rejected").inc()
         self._warn_in_next_pass(REASON_RULES_INVALID, text)
@@ -338,10 +354,14 @@ class Agent:
         undetermined features changed (the Reconciler re-plans for a new one)."""
         assert self.discovery.current is not None
         unanswered = self.discovery.unanswered_labels()
-        key = (self.discovery.generation, self.rules.generation, tuple(unanswered.items()))
+        key = (self.discovery.generation, self._rule_generations(), tuple(unanswered.items()))
         if self._plan is None or key != self._plan_key:
-            self._plan = NodePlanner.build(self.discovery.current, self.rules.catalogue, self.settings.rule_options,
-                                           unanswered, handing_over=self.devices is not None)
+            plan = NodePlanner.build(self.discovery.current, self.catalogue(), self.settings.rule_options,
+                                     unanswered, handing_over=self.devices is not None)
+            if self.cluster is not None:  # this node's NodeFeature objects, as nfd-master merges them
+                features, labels, origins = self.cluster.join(plan.features, plan.raw_labels, plan.label_origins)
+                plan = dataclasses.replace(plan, features=features, raw_labels=labels, label_origins=origins)
+            self._plan = plan
             self._plan_key = key
         return self._plan
 
@@ -382,8 +402,8 @@ class Agent:
             if self.worker_config is not None:
                 self.worker_config.reload()
         config_changed = self._apply_config()
-        rules_changed = self.rules.generation != self._rules_generation or config_changed
-        self._rules_generation = self.rules.generation
+        rules_changed = self._rule_generations() != self._rules_generation or config_changed
+        self._rules_generation = self._rule_generations()
         return rules_changed
 
     def _rediscover(self, batch: q.Batch) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
-"""The seven CoreV1 calls the agent makes, on the official client's ``ApiClient``, without
-importing the generated ``CoreV1Api`` class.
+"""The seven CoreV1 calls the agent makes, plus a LIST/WATCH of any collection (NFD's custom
+resources), on the official client's ``ApiClient``, without importing the generated
+``CoreV1Api`` class.
 
 Why: in kubernetes 37.x ``kubernetes.client.api.core_v1_api`` defines ~400 pydantic
 ``validate_call`` methods; importing it costs about 21 MiB of RSS, a third of the agent's
@@ -75,6 +76,17 @@ class LightCoreV1Api:
                             allow_watch_bookmarks=allow_watch_bookmarks, resource_version=resource_version,
                             timeout_seconds=timeout_seconds)
         return self._call("GET", "/api/v1/nodes", query=query, **kw)
+
+    def list_collection(self, path: str, label_selector: str | None = None, watch: bool | None = None,
+                        allow_watch_bookmarks: bool | None = None, resource_version: str | None = None,
+                        timeout_seconds: int | None = None, limit: int | None = None, continue_: str | None = None,
+                        **kw: Any) -> Any:
+        """LIST or WATCH any collection by its path (NFD's custom resources,
+        ``agent.runtime.cluster_watch``), with the query of ``list_node``."""
+        query = self._query(label_selector=label_selector, watch=watch, allow_watch_bookmarks=allow_watch_bookmarks,
+                            resource_version=resource_version, timeout_seconds=timeout_seconds)
+        query += [(k, str(v)) for k, v in (("limit", limit), ("continue", continue_)) if v]
+        return self._call("GET", path, query=query, **kw)
 
     # -- events and pods ----------------------------------------------------------------------
     def create_namespaced_event(self, namespace: str, body: Any, **kw: Any) -> Any:

@@ -38,6 +38,7 @@ class Settings:
     metrics_host: str = ""
     watch_node: bool = True
     watch_rules: bool = True
+    rules_from_cluster: bool = False  # NodeFeatureRule/NodeFeature objects (agent.runtime.cluster_objects)
     watch_timeout: int = DEFAULT_WATCH_TIMEOUT
     watch_read_timeout: float = DEFAULT_READ_TIMEOUT
     fresh_node_age: float = 150.0

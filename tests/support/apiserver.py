@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.support import discovery, patching, quantity, schema, selectors, validation
+from tests.support.custom_resources import NOT_MINE, CustomResources
 from tests.support.faults import Faults
 from tests.support.store import AlreadyExists, Conflict, NotFound, Store, now_stamp
 from tests.support.watch import Watcher, WatchRegistry, gone, stream
@@ -405,12 +406,13 @@ class FakeApiServer:
     ``watch_timeout`` (the server's own cap when a watch has no ``timeoutSeconds``),
     ``watch_410`` (``"event"``: 200 then an in-stream ERROR, as the watch cache does; ``"http"``:
     a plain 410 response), ``compact_interval`` (seconds; compact history on a timer as
-    kube-apiserver's etcd compactor does; off by default so a test decides when versions expire).
+    kube-apiserver's etcd compactor does; off by default so a test decides when versions expire),
+    ``nfd_crds`` (serve NFD's CRDs from the start; ``custom.install()``/``uninstall()`` later).
     """
 
     def __init__(self, *, token: str | None = None, check_resource_names: bool = True, kubelet: bool = True,
                  bookmark_interval: float = 1.0, watch_timeout: float = 300.0, watch_410: str = "event",
-                 compact_interval: float | None = None) -> None:
+                 compact_interval: float | None = None, nfd_crds: bool = False) -> None:
         self.token = token
         self.check_resource_names = check_resource_names
         self.kubelet = kubelet
@@ -422,6 +424,9 @@ class FakeApiServer:
         self.store = Store()
         self.faults = Faults()
         self.watches = WatchRegistry(self.store)
+        self.custom = CustomResources(self)
+        if not nfd_crds:
+            self.custom.installed.clear()
         self._requests: list[RequestRecord] = []
         self._requests_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -794,6 +799,10 @@ class FakeApiServer:
                 namespace, rest = rest[1], rest[2:]
             if rest and rest[0] in ("nodes", "pods", "events"):
                 return self._resource(method, rest[0], namespace, rest[1:], query, body, content_type, accept, handler)
+        if parts[:1] == ["apis"] and len(parts) > 3:  # NFD's custom resources (custom_resources.py)
+            answer = self.custom.dispatch(method, parts, query, body, content_type, handler)
+            if answer is not NOT_MINE:
+                return answer  # type: ignore[no-any-return]
         if parts[:3] == ["apis", "events.k8s.io", "v1"]:
             rest = parts[3:]
             namespace = None

@@ -1,0 +1,104 @@
+"""NodeFeatureRule objects read from the cluster, evaluated exactly as rule files.
+
+An object (``nfd.k8s-sigs.io/v1alpha1``, cluster-scoped) goes through the same parser as a
+file (``nfr_parser.parse_rule_file``): it is written out as YAML, one key or list item a line,
+and every line is mapped back to its field path, so a problem or an ``explain`` provenance
+reads ``NodeFeatureRule/<name>:spec.rules[2].matchFeatures[0]`` where a file says
+``path:line``. Pure: objects in, rule sets and problems out; the watch is
+``agent.runtime.cluster_watch``.
+
+Files and objects together: a name present in both is an error (reported on the object, the
+file's rule set is evaluated and the object is not), never a silent winner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from agent.desired import Problem
+from agent.rules.model import Catalogue, RuleOptions, RuleSet
+from agent.rules.nfr_parser import API_VERSION, KIND, parse_rule_file
+from agent.rules.static_checks import static_problems
+from agent.rules.vocabulary import engine_vocabulary, vocabulary_problems
+from agent.rules.yaml_lines import LineList, LineMap, load_documents
+
+PROVENANCE = "NodeFeatureRule"
+MAX_OBJECT_BYTES = 1024 * 1024  # as a rule file (agent.rules.loader.MAX_RULE_FILE_BYTES)
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def object_origin(name: str) -> str:
+    """What stands where a file's path would: ``NodeFeatureRule/<metadata.name>``."""
+    return f"{PROVENANCE}/{name}"
+
+
+def _step(path: str, key: str) -> str:
+    if _PLAIN_KEY.fullmatch(key) and "." not in key:
+        return f"{path}.{key}" if path else key
+    return f"{path}[{yaml.safe_dump(key, default_style=chr(34)).strip()}]"
+
+
+def _walk(node: Any, path: str, lines: dict[int, str]) -> None:
+    """Each line -> the outermost field that starts on it (a list item before its first key)."""
+    if isinstance(node, LineMap):
+        for key, value in node.items():
+            child = _step(path, str(key))
+            lines.setdefault(node.line_of(str(key)), child)
+            _walk(value, child, lines)
+    elif isinstance(node, LineList):
+        for index, value in enumerate(node):
+            child = f"{path}[{index}]"
+            lines.setdefault(node.line_of(index), child)
+            _walk(value, child, lines)
+
+
+def _document(obj: Mapping[str, Any]) -> str:
+    """The object as the parser reads a file: only what a rule file holds (no managedFields,
+    no status), one key or item a line."""
+    metadata: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+    doc = {"apiVersion": obj.get("apiVersion", API_VERSION), "kind": obj.get("kind", KIND),
+           "metadata": {"name": metadata.get("name")}, "spec": obj.get("spec")}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1 << 30, allow_unicode=True)
+
+
+def parse_rule_object(obj: Mapping[str, Any], options: RuleOptions | None = None) -> tuple[RuleSet | None, list[Problem]]:
+    """One NodeFeatureRule object -> its rule set (bad rules skipped) and problems, each
+    located by the object's name and the field path: the parser's, then the load-time
+    checks a rule file gets (``static_checks``, ``vocabulary``; a third-party feature is no
+    problem here, a NodeFeature object may provide it)."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    origin = object_origin(name)
+    text = _document(obj)
+    if len(text.encode()) > MAX_OBJECT_BYTES:
+        return None, [Problem(f"{origin}:spec", "object", f"larger than {MAX_OBJECT_BYTES} bytes as YAML; skipped")]
+    lines: dict[int, str] = {1: "metadata.name"}  # the rule set itself
+    for _, data in load_documents(text):
+        _walk(data, "", lines)
+    rule_sets, problems = parse_rule_file(origin, text, locate=lambda line: lines.get(line, "metadata.name"))
+    if not rule_sets:
+        return None, problems
+    single = Catalogue(rule_sets=(rule_sets[0],))
+    unknown, _third_party = vocabulary_problems(single, engine_vocabulary())
+    return rule_sets[0], problems + static_problems(single, options or RuleOptions()) + unknown
+
+
+def with_cluster_rules(files: Catalogue, objects: Iterable[RuleSet], problems: Iterable[Problem] = ()) -> Catalogue:
+    """The files' catalogue plus the cluster's rule sets, all in NFD order (``metadata.name``).
+    An object named as a file's rule set is not evaluated and is reported once."""
+    file_names = {r.name: r.origin for r in files.rule_sets}
+    kept: list[RuleSet] = []
+    found = list(problems)
+    for rule_set in objects:
+        if rule_set.name in file_names:
+            found.append(Problem(f"{object_origin(rule_set.name)}:metadata.name", rule_set.name,
+                                 f"a rule file defines NodeFeatureRule {rule_set.name} too ({file_names[rule_set.name]}); "
+                                 "the object is not evaluated: rename or delete one of them"))
+            continue
+        kept.append(rule_set)
+    ordered = sorted((*files.rule_sets, *kept), key=lambda r: r.name)
+    return dataclasses.replace(files, rule_sets=tuple(ordered), problems=files.problems + tuple(found))
