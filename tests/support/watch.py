@@ -146,6 +146,34 @@ def _line(kind: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
+def _wait_for_work(store: Store, watcher: Watcher, stopping: threading.Event, cursor: int,
+                   next_bookmark: float) -> None:
+    """Wait (``store.lock`` held) until there is something to send or to decide."""
+    while True:
+        now = time.monotonic()
+        if (stopping.is_set() or watcher.drop or watcher.expired or store.rv > cursor
+                or now >= watcher.deadline or watcher.bookmark_due
+                or (watcher.bookmarks and now >= next_bookmark)):
+            return
+        wake_at = min(watcher.deadline, next_bookmark) if watcher.bookmarks else watcher.deadline
+        store.changed.wait(max(0.0, min(wake_at - now, 1.0)))
+
+
+def _start(store: Store, watcher: Watcher,
+           line: Callable[[str, dict[str, Any]], bytes]) -> tuple[list[bytes] | None, int, int]:
+    """(``store.lock`` held) the initial events (None: the resource version is too old), the
+    resource version the stream starts after, and the oldest one still in the history."""
+    if watcher.since is None:
+        items = [o for (_k, o) in sorted(store.objects.get(watcher.resource, {}).items()) if watcher.wanted(o)]
+        initial: list[bytes] | None = [line("ADDED", o) for o in items]
+        cursor = store.rv
+    elif store.too_old(watcher.since):
+        initial, cursor = None, watcher.since
+    else:
+        initial, cursor = [], watcher.since
+    return initial, cursor, store.oldest_minus_one()
+
+
 def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, stopping: threading.Event,
            bookmark_interval: float, transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> str:
     """Feed ``watcher`` until it ends; returns how: ``timeout``, ``clean``, ``abrupt``,
@@ -159,31 +187,16 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
 
     kind = KINDS.get(watcher.resource, "Object")
     with store.lock:
-        if watcher.since is None:
-            items = [o for (_k, o) in sorted(store.objects.get(watcher.resource, {}).items()) if watcher.wanted(o)]
-            initial = [line("ADDED", o) for o in items]
-            cursor = store.rv
-        elif store.too_old(watcher.since):
-            initial, cursor = None, watcher.since
-        else:
-            initial, cursor = [], watcher.since
-        floor = store.oldest_minus_one()
+        initial, cursor, floor = _start(store, watcher, line)
     if initial is None:
         send(line("ERROR", gone(watcher.since, floor)))
         return "expired"
-    for line in initial:
-        send(line)
+    for data in initial:
+        send(data)
     next_bookmark = time.monotonic() + bookmark_interval
     while True:
         with store.lock:
-            while True:
-                now = time.monotonic()
-                if (stopping.is_set() or watcher.drop or watcher.expired or store.rv > cursor
-                        or now >= watcher.deadline or watcher.bookmark_due
-                        or (watcher.bookmarks and now >= next_bookmark)):
-                    break
-                wake_at = min(watcher.deadline, next_bookmark) if watcher.bookmarks else watcher.deadline
-                store.changed.wait(max(0.0, min(wake_at - now, 1.0)))
+            _wait_for_work(store, watcher, stopping, cursor, next_bookmark)
             lost = cursor < store.trimmed
             events = [e for e in store.history if e.rv > cursor and e.resource == watcher.resource]
             cursor = max(cursor, store.rv)

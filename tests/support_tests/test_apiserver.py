@@ -553,6 +553,29 @@ def test_second_writer_races_and_stops(api, core):
     assert {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"} in node["spec"]["taints"]
 
 
+def test_a_watch_from_the_current_state_streams_later_changes_on_the_same_connection():
+    """Without a resourceVersion a watch starts with ADDED for what exists, then streams the
+    changes on the same connection (it once broke at the first change: the stream's event
+    encoder was shadowed by the loop that sent the initial events)."""
+    with FakeApiServer() as api:
+        api.add_node("n1")
+        core = api.core_api()
+        seen: list[str] = []
+
+        def consume() -> None:
+            for event in watch.Watch().stream(core.list_node, timeout_seconds=30, _request_timeout=(2.0, 30.0)):
+                seen.append(event["type"])
+                if len(seen) == 2:
+                    return
+
+        threading.Thread(target=consume, daemon=True).start()
+        _wait(lambda: seen == ["ADDED"])
+        api.edit_node("n1", lambda node: node["metadata"].setdefault("labels", {}).update(x="1"))
+        _wait(lambda: len(seen) == 2)
+        assert seen == ["ADDED", "MODIFIED"]
+        assert [r.status for r in api.requests if r.query.get("watch") == "true"] == [200]
+
+
 def test_stop_ends_open_watches_without_hanging():
     api = FakeApiServer().start()
     api.add_node("n1")
