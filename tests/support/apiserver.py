@@ -37,7 +37,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.support import discovery, patching, quantity, schema, selectors, validation
 from tests.support.custom_resources import NOT_MINE, CustomResources
-from tests.support.faults import Faults
+from tests.support.faults import Fault, Faults
 from tests.support.store import AlreadyExists, Conflict, NotFound, Store, now_stamp
 from tests.support.watch import Watcher, WatchRegistry, gone, stream
 
@@ -77,6 +77,14 @@ def status_body(code: int, message: str, *, reason: str | None = None, name: str
 
 
 Route = Callable[["FakeApiServer", str, list[str], dict[str, str], Any, str], "tuple[int, Any] | None"]
+
+
+
+def _namespaced(rest: list[str]) -> tuple[str | None, list[str]]:
+    """``namespaces/<ns>/...`` -> (ns, the rest); any other path -> (None, itself)."""
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        return rest[1], rest[2:]
+    return None, rest
 
 
 class ApiError(Exception):
@@ -279,6 +287,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_failure(self, fault: Fault, path: str) -> None:
+        """The answer of an injected failure: a Status, or what the apiserver's filters send."""
+        code = fault.status
+        headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
+        if code == 429 and fault.message is None and not path.endswith("/eviction"):
+            # the apiserver's max-in-flight / priority-and-fairness filters answer
+            # before any handler: http.Error(w, "Too many requests, please try again
+            # later.", 429) with Retry-After set, a plain-text body, not a Status
+            self._send_text(429, "Too many requests, please try again later.\n",
+                            {"Retry-After": headers.get("Retry-After", "1"), "X-Content-Type-Options": "nosniff"})
+            return
+        self._send_json(code, status_body(code, fault.message or DEFAULT_MESSAGES.get(code, "injected fault"),
+                                          retry_after=fault.retry_after), headers)
+
     def _serve(self) -> None:
         fake = self.server.fake
         parts = urlsplit(self.path)
@@ -306,19 +328,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._refuse(fault.reset)
                 return
             if fault.kind == "fail":
-                code = fault.status
-                headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
-                record.status = code
+                record.status = fault.status
                 fake._record(record)
-                if code == 429 and fault.message is None and not path.endswith("/eviction"):
-                    # the apiserver's max-in-flight / priority-and-fairness filters answer
-                    # before any handler: http.Error(w, "Too many requests, please try again
-                    # later.", 429) with Retry-After set, a plain-text body, not a Status
-                    self._send_text(429, "Too many requests, please try again later.\n",
-                                    {"Retry-After": headers.get("Retry-After", "1"), "X-Content-Type-Options": "nosniff"})
-                    return
-                self._send_json(code, status_body(code, fault.message or DEFAULT_MESSAGES.get(code, "injected fault"),
-                                                  retry_after=fault.retry_after), headers)
+                self._send_failure(fault, path)
                 return
             if fault.kind == "slow" and not fault.after:
                 fake._stopping.wait(fault.seconds)
@@ -764,6 +776,36 @@ class FakeApiServer:
 
     def _dispatch(self, method: str, parts: list[str], query: dict[str, str], body: Any, content_type: str,
                   accept: str, raw: bytes, handler: _Handler) -> tuple[int, Any] | None:
+        document = self._discovery(parts)
+        if document is not None:
+            return document
+        if raw and body is not None and isinstance(body, str):
+            raise ApiError(400, status_body(400, "the body of the request could not be decoded as JSON"))
+        for route in self.routes:  # resources served by their own modules (pods.py, objects.py)
+            answer = route(self, method, parts, query, body, content_type)
+            if answer is not None:
+                return answer
+        if parts[:2] == ["api", "v1"]:
+            rest = parts[2:]
+            if rest and rest[0] == "watch":
+                rest = rest[1:]
+                query = dict(query, watch="true")
+            namespace, rest = _namespaced(rest)
+            if rest and rest[0] in ("nodes", "pods", "events"):
+                return self._resource(method, rest[0], namespace, rest[1:], query, body, content_type, accept, handler)
+        if parts[:1] == ["apis"] and len(parts) > 3:  # NFD's custom resources (custom_resources.py)
+            custom = self.custom.dispatch(method, parts, query, body, content_type, handler)
+            if custom is not NOT_MINE:
+                return custom  # type: ignore[no-any-return]
+        if parts[:3] == ["apis", "events.k8s.io", "v1"]:
+            namespace, rest = _namespaced(parts[3:])
+            if rest and rest[0] == "events":
+                return self._resource(method, "events", namespace, rest[1:], query, body, content_type, accept,
+                                      handler, api_version="events.k8s.io/v1")
+        raise ApiError(404, status_body(404, "the server could not find the requested resource"))
+
+    def _discovery(self, parts: list[str]) -> tuple[int, Any] | None:
+        """The version, health and discovery documents, or None for any other path."""
         if parts == ["version"]:
             return 200, discovery.VERSION
         if parts in (["healthz"], ["livez"], ["readyz"]):
@@ -782,36 +824,7 @@ class FakeApiServer:
             doc = discovery.resource_list(f"{parts[1]}/{parts[2]}")
             if doc is not None:
                 return 200, doc
-        if raw and body is not None and isinstance(body, str):
-            raise ApiError(400, status_body(400, "the body of the request could not be decoded as JSON"))
-        for route in self.routes:  # resources served by their own modules (pods.py, objects.py)
-            answer = route(self, method, parts, query, body, content_type)
-            if answer is not None:
-                return answer
-        if parts[:2] == ["api", "v1"]:
-            rest = parts[2:]
-            watch_prefix = bool(rest) and rest[0] == "watch"
-            if watch_prefix:
-                rest = rest[1:]
-                query = dict(query, watch="true")
-            namespace = None
-            if len(rest) >= 2 and rest[0] == "namespaces":
-                namespace, rest = rest[1], rest[2:]
-            if rest and rest[0] in ("nodes", "pods", "events"):
-                return self._resource(method, rest[0], namespace, rest[1:], query, body, content_type, accept, handler)
-        if parts[:1] == ["apis"] and len(parts) > 3:  # NFD's custom resources (custom_resources.py)
-            answer = self.custom.dispatch(method, parts, query, body, content_type, handler)
-            if answer is not NOT_MINE:
-                return answer  # type: ignore[no-any-return]
-        if parts[:3] == ["apis", "events.k8s.io", "v1"]:
-            rest = parts[3:]
-            namespace = None
-            if len(rest) >= 2 and rest[0] == "namespaces":
-                namespace, rest = rest[1], rest[2:]
-            if rest and rest[0] == "events":
-                return self._resource(method, "events", namespace, rest[1:], query, body, content_type, accept,
-                                      handler, api_version="events.k8s.io/v1")
-        raise ApiError(404, status_body(404, "the server could not find the requested resource"))
+        return None
 
     def _resource(self, method: str, resource: str, namespace: str | None, rest: list[str], query: dict[str, str],
                   body: Any, content_type: str, accept: str, handler: _Handler,
@@ -821,34 +834,13 @@ class FakeApiServer:
         if resource == "nodes" and namespace is not None:
             raise ApiError(404, status_body(404, "the server could not find the requested resource"))
         if not rest:
-            if method == "GET":
-                match = selectors.selector(query.get("fieldSelector"), query.get("labelSelector"), resource)
-                if query.get("watch") in ("true", "1"):
-                    self._watch(resource, namespace, match, query, handler)
-                    return None
-                items, rv = self.store.list(resource, namespace, match)
-                if "as=Table" in accept:
-                    return 200, discovery.table(resource, items, rv)
-                for item in items:
-                    item.pop("kind", None)
-                    item.pop("apiVersion", None)
-                return 200, {"kind": f"{kind}List", "apiVersion": api_version,
-                             "metadata": {"resourceVersion": str(rv)}, "items": items}
-            if method == "POST":
-                return self._create(resource, kind, namespace, body, dry_run, api_version)
-            raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
+            return self._collection(method, resource, kind, namespace, query, body, accept, handler, api_version)
         name, sub = rest[0], rest[1] if len(rest) > 1 else None
         ns = namespace or ""
         if len(rest) > 2 or (sub and (resource, sub) not in (("nodes", "status"), ("pods", "eviction"), ("pods", "status"))):
             raise ApiError(404, status_body(404, "the server could not find the requested resource"))
         if sub == "eviction":
-            if method != "POST":
-                raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
-            if not dry_run:
-                self.store.delete("pods", name, ns)
-            else:
-                self.store.get("pods", name, ns)
-            return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+            return self._evict(method, name, ns, dry_run)
         if method == "GET":
             obj = self.store.get(resource, name, ns)
             if "as=Table" in accept:
@@ -871,6 +863,35 @@ class FakeApiServer:
         else:
             compute = lambda current: patching.apply(content_type, current, body)  # noqa: E731
         return 200, self._write_node(name, sub, compute, dry_run, body if method == "PUT" else None)
+
+    def _collection(self, method: str, resource: str, kind: str, namespace: str | None, query: dict[str, str],
+                    body: Any, accept: str, handler: _Handler, api_version: str) -> tuple[int, Any] | None:
+        """A list, a watch (answered on the connection: None) or a create."""
+        if method == "GET":
+            match = selectors.selector(query.get("fieldSelector"), query.get("labelSelector"), resource)
+            if query.get("watch") in ("true", "1"):
+                self._watch(resource, namespace, match, query, handler)
+                return None
+            items, rv = self.store.list(resource, namespace, match)
+            if "as=Table" in accept:
+                return 200, discovery.table(resource, items, rv)
+            for item in items:
+                item.pop("kind", None)
+                item.pop("apiVersion", None)
+            return 200, {"kind": f"{kind}List", "apiVersion": api_version,
+                         "metadata": {"resourceVersion": str(rv)}, "items": items}
+        if method == "POST":
+            return self._create(resource, kind, namespace, body, query.get("dryRun") == "All", api_version)
+        raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
+
+    def _evict(self, method: str, name: str, namespace: str, dry_run: bool) -> tuple[int, Any]:
+        if method != "POST":
+            raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
+        if not dry_run:
+            self.store.delete("pods", name, namespace)
+        else:
+            self.store.get("pods", name, namespace)
+        return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _create(self, resource: str, kind: str, namespace: str | None, body: Any, dry_run: bool,
                 api_version: str) -> tuple[int, Any]:

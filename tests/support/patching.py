@@ -254,23 +254,27 @@ def _apply_op(doc: Any, op: Mapping[str, Any]) -> Any:
                 raise _OpFailed(f"testing value {path} failed: test failed")
         return doc
     if kind in ("move", "copy"):
-        source = _field(op, "from", kind)
-        found = _parent(doc, source)
-        if found is None:
-            raise _OpFailed(f"{kind} operation does not apply: doc is missing from path: {source}")
-        container, key = found
-        moved = _get(container, key)
-        if kind == "move":
-            _remove(container, key)
-        else:
-            moved = copy.deepcopy(moved)
-        path = _field(op, "path", kind)
-        found = _parent(doc, path)
-        if found is None:
-            raise _OpFailed(f"{kind} operation does not apply: doc is missing destination path: {path}")
-        _add(found[0], found[1], moved)
-        return doc
+        return _move_or_copy(doc, op, kind)
     raise _OpFailed(f"Unexpected kind: {kind}")
+
+
+def _move_or_copy(doc: Any, op: Mapping[str, Any], kind: str) -> Any:
+    source = _field(op, "from", kind)
+    found = _parent(doc, source)
+    if found is None:
+        raise _OpFailed(f"{kind} operation does not apply: doc is missing from path: {source}")
+    container, key = found
+    moved = _get(container, key)
+    if kind == "move":
+        _remove(container, key)
+    else:
+        moved = copy.deepcopy(moved)
+    path = _field(op, "path", kind)
+    found = _parent(doc, path)
+    if found is None:
+        raise _OpFailed(f"{kind} operation does not apply: doc is missing destination path: {path}")
+    _add(found[0], found[1], moved)
+    return doc
 
 
 def _go_json_type(value: Any) -> str:

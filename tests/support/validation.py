@@ -242,6 +242,15 @@ def decode_problem(node: Mapping[str, Any]) -> str | None:
     meta = node.get("metadata")
     if not isinstance(meta, Mapping):
         return "json: cannot unmarshal into Go struct field Node.metadata of type v1.ObjectMeta"
+    problem = _metadata_problem(meta)
+    if problem is None:
+        problem = _spec_problem(node.get("spec") or {})
+    if problem is None:
+        problem = _status_problem(node.get("status") or {})
+    return problem
+
+
+def _metadata_problem(meta: Mapping[str, Any]) -> str | None:
     for name in ("labels", "annotations"):
         values = meta.get(name)
         if values is None:
@@ -252,7 +261,10 @@ def decode_problem(node: Mapping[str, Any]) -> str | None:
             if not isinstance(value, str):
                 return (f"json: cannot unmarshal {type(value).__name__} into Go struct field "
                         f"ObjectMeta.metadata.{name} of type string")
-    spec = node.get("spec") or {}
+    return None
+
+
+def _spec_problem(spec: object) -> str | None:
     if not isinstance(spec, Mapping):
         return "json: cannot unmarshal into Go struct field Node.spec of type v1.NodeSpec"
     taints = spec.get("taints")
@@ -263,7 +275,10 @@ def decode_problem(node: Mapping[str, Any]) -> str | None:
             if not isinstance(taint, Mapping) or any(
                     not isinstance(taint.get(f, ""), str) for f in ("key", "value", "effect")):
                 return "json: cannot unmarshal into Go struct field NodeSpec.spec.taints of type v1.Taint"
-    status = node.get("status") or {}
+    return None
+
+
+def _status_problem(status: object) -> str | None:
     if not isinstance(status, Mapping):
         return "json: cannot unmarshal into Go struct field Node.status of type v1.NodeStatus"
     for section in ("capacity", "allocatable"):
