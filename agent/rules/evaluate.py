@@ -23,7 +23,7 @@ from agent.features import Feature
 from agent.gotemplate import TemplateError, compile_template, parse_key_value_lines
 from agent.rules.expressions import RuleEvaluationError
 from agent.rules.matcher import MatchedElement, TermResult, match_terms
-from agent.rules.model import COUNT_REFERENCE, Catalogue, OutputItem, Rule, TaintSpec
+from agent.rules.model import COUNT_REFERENCE, Catalogue, OutputItem, Rule, TaintSpec, TemplateSpec
 
 RULE_MATCHED = "rule.matched"
 NODE_LABEL = "node.label"
@@ -83,11 +83,11 @@ def attribute_feature(values: Mapping[str, str], origin: str = "") -> Feature:
     return Feature(attributes=dict(values), origin=origin)
 
 
-def _template_data(groups: list[list[MatchedElement]]) -> list[dict]:
+def _template_data(groups: list[list[MatchedElement]]) -> list[dict[str, dict[str, list[dict[str, str]]]]]:
     """NFD's template data per match set: ``{dom: {feature: [items]}}``."""
     out = []
     for elements in groups:
-        data: dict[str, dict[str, list]] = {}
+        data: dict[str, dict[str, list[dict[str, str]]]] = {}
         for element in elements:
             dom, _, feat = element.feature.partition(".")
             data.setdefault(dom, {}).setdefault(feat, []).append(element.template_item())
@@ -95,7 +95,7 @@ def _template_data(groups: list[list[MatchedElement]]) -> list[dict]:
     return out
 
 
-def _render(template, origin: str, groups: list[list[MatchedElement]]) -> list[Output]:
+def _render(template: TemplateSpec, origin: str, groups: list[list[MatchedElement]]) -> list[Output]:
     outputs: dict[str, Output] = {}
     compiled = compile_template(template.text)
     for data in _template_data(groups):
@@ -161,7 +161,7 @@ def run_rule(rule: Rule, features: Mapping[str, Feature]) -> RuleResult:
     count = _count(elements)
     problems: list[tuple[str, str, str]] = []
 
-    def items(specs: tuple[OutputItem, ...], template=None) -> tuple[Output, ...]:
+    def items(specs: tuple[OutputItem, ...], template: TemplateSpec | None = None) -> tuple[Output, ...]:
         out: dict[str, Output] = {}
         if template is not None:
             for o in _render(template, template.origin, groups):

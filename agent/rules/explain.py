@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.desired import Provenance
 from agent.rules.evaluate import RuleResult
 from agent.rules.model import RuleOptions
 from agent.rules.namespaces import autoprefix
@@ -27,7 +28,7 @@ class Explanation:
         return "\n".join(self.lines)
 
 
-def _provenance_lines(prov) -> list[str]:
+def _provenance_lines(prov: Provenance) -> list[str]:
     out = [f"  from:       {prov.origin}"]
     if prov.rule:
         out.append(f"  rule:       {prov.rule}")
@@ -78,7 +79,7 @@ def _candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
         if file_result.label_file.key != target:
             continue
         lf = file_result.label_file
-        if file_result.matched:
+        if file_result.dependency is not None:  # set exactly when it matched
             lines.append(f"  label file {lf.path} matched on {file_result.dependency.describe()} ({file_result.source})")
         else:
             deps = ", ".join(d.describe() for d in lf.dependencies) or "(none)"

@@ -46,12 +46,13 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return (int(major), int(minor[1:]) if minor else 0, int(patch[1:]) if patch else 0)
 
 
-def _number(text: str, value_type: str):
+def _number(text: str, value_type: str) -> tuple[int, ...]:
+    """``text`` as something to order: a version's three parts, or an integer as a 1-tuple."""
     if value_type == "version":
         return parse_version(text)
     if not _INT.fullmatch(text) or int(text) not in _INT64:
         raise RuleEvaluationError(f"not an integer: {text!r}")
-    return int(text)
+    return (int(text),)
 
 
 def check_expression(expr: Expression) -> list[str]:

@@ -80,21 +80,22 @@ def _walk(directory: str, parts: tuple[str, ...], state: _Walk) -> None:
             state.problems.append(Problem(path, "file", "dangling symlink or special file; skipped"))
 
 
-def _read(path: str, limit: int) -> tuple[bytes | None, Problem | None]:
+def _read(path: str, limit: int) -> bytes | Problem:
+    """The file's bytes, or why it is not read."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except OSError as exc:
-        return None, Problem(f"{path}:1", "file", f"cannot read: {exc.strerror or exc}")
+        return Problem(f"{path}:1", "file", f"cannot read: {exc.strerror or exc}")
     if len(data) > limit:
-        return None, Problem(f"{path}:1", "file", f"larger than {limit} bytes; skipped")
-    return data, None
+        return Problem(f"{path}:1", "file", f"larger than {limit} bytes; skipped")
+    return data
 
 
 def _load_yaml(path: str, problems: list[Problem]) -> list[RuleSet]:
-    data, problem = _read(path, MAX_RULE_FILE_BYTES)
-    if problem:
-        problems.append(problem)
+    data = _read(path, MAX_RULE_FILE_BYTES)
+    if isinstance(data, Problem):
+        problems.append(data)
         return []
     try:
         text = data.decode("utf-8")
@@ -118,9 +119,9 @@ def _load_label_file(path: str, parts: tuple[str, ...], problems: list[Problem],
     else:
         warnings.append(Problem(f"{path}:1", "/".join(parts), "ignored: not YAML and not a <namespace>/<name> label file"))
         return None
-    data, problem = _read(path, 256 * 1024)
-    if problem:
-        problems.append(problem)
+    data = _read(path, 256 * 1024)
+    if isinstance(data, Problem):
+        problems.append(data)
         return None
     label_file, found, notes = parse_label_file(path, namespace, name, data)
     problems.extend(found)

@@ -101,7 +101,7 @@ def _flat(name: str, feature: Feature, term: FeatureTerm) -> tuple[bool, list[Ma
     for expr in term.expressions:
         in_keys = keys is not None and evaluate(expr, expr.key in keys, None)
         in_values = values is not None and evaluate(expr, expr.key in values, values.get(expr.key))
-        both_needed = expr.op == "DoesNotExist" and (keys is not None and not in_keys or values is not None and not in_values)
+        both_needed = expr.op == "DoesNotExist" and ((keys is not None and not in_keys) or (values is not None and not in_values))
         if both_needed or not (in_keys or in_values):
             return False, [], _absent_reason(name, feature, expr)
         origin = feature.origin_of(expr.key)

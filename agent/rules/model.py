@@ -6,8 +6,8 @@ Every element remembers where it was written (``origin`` = ``file:line``) so pro
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from agent.desired import Problem
 from agent.device_claims import DeviceDeclaration

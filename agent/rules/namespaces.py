@@ -63,7 +63,7 @@ def namespace_problem(key: str, options: RuleOptions, what: str = "label") -> st
 
 def annotation_problem(key: str, options: RuleOptions) -> str | None:
     """Annotations follow the label policy, and our own ownership records are off limits."""
-    if key in OWNERSHIP_ANNOTATIONS or label_namespace(key) == OWNER_DOMAIN and key.split("/", 1)[1].startswith("owned-"):
+    if key in OWNERSHIP_ANNOTATIONS or (label_namespace(key) == OWNER_DOMAIN and key.split("/", 1)[1].startswith("owned-")):
         return "annotation is the agent's own ownership record; rules may not write it"
     return namespace_problem(key, options, "annotation")
 

@@ -10,8 +10,8 @@ why) and is left out, so nothing invalid is ever sent.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from agent.desired import DesiredNodeState, Problem, Provenance, Taint, annotation_bytes
 from agent.device_claims import DeviceClaim, MatchedDevice
@@ -147,7 +147,7 @@ def _claim_devices(builder: _Builder, result: RuleResult) -> None:
         name = autoprefix(declaration.resource, builder.options)
         if name not in builder.resources:
             continue
-        seen: dict[tuple, MatchedDevice] = {}
+        seen: dict[tuple[object, ...], MatchedDevice] = {}
         for element in result.elements:
             if element.instance is not None and element.identity not in seen:
                 seen[element.identity] = MatchedDevice(element.feature, element.instance.attributes,

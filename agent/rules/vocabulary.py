@@ -20,7 +20,7 @@ exactly. ``difflib`` (standard library) picks the closest name.
 from __future__ import annotations
 
 import difflib
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from agent.desired import Problem
 from agent.features import ElementNames

@@ -8,7 +8,8 @@ alias bomb ("billion laughs") is refused instead of eating memory.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -26,19 +27,21 @@ class YamlShapeError(ValueError):
         self.line = line
 
 
-class LineMap(dict):
-    """A mapping with ``line`` (where it starts) and ``key_lines`` (where each key is)."""
+class LineMap(dict[str, Any]):
+    """A mapping with ``line`` (where it starts) and ``key_lines`` (where each key is).
+
+    Values are whatever the YAML held (``Any``): their readers check each one's shape."""
 
     line: int = 0
-    key_lines: dict
+    key_lines: dict[str, int]
 
     def line_of(self, key: str) -> int:
         return self.key_lines.get(key, self.line)
 
 
-class LineList(list):
+class LineList(list[Any]):
     line: int = 0
-    item_lines: list
+    item_lines: list[int]
 
     def line_of(self, index: int) -> int:
         return self.item_lines[index] if index < len(self.item_lines) else self.line
@@ -72,10 +75,10 @@ class _Converter:
             except yaml.YAMLError as exc:
                 raise YamlShapeError(f"cannot read scalar: {exc}", line) from None
         if isinstance(node, SequenceNode):
-            out = LineList(self.convert(item) for item in node.value)
-            out.line = line
-            out.item_lines = [item.start_mark.line + 1 for item in node.value]
-            return out
+            items = LineList(self.convert(item) for item in node.value)
+            items.line = line
+            items.item_lines = [item.start_mark.line + 1 for item in node.value]
+            return items
         if isinstance(node, MappingNode):
             out = LineMap()
             out.line = line
@@ -100,6 +103,4 @@ def load_documents(text: str) -> Iterator[tuple[int, Any]]:
     ``YamlShapeError`` at the first bad document."""
     converter = _Converter()
     for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
-        if node is None:
-            continue
         yield node.start_mark.line + 1, converter.convert(node)

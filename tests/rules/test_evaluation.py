@@ -80,7 +80,7 @@ def test_match_features_is_and_match_any_is_or_and_both_must_hold(tmp_path):
         - name: no-conditions
           labels: {"ex.com/d": "true"}
     """)
-    assert set(k for k in plan.state.labels if k.startswith("ex.com")) == {"ex.com/b", "ex.com/d"}
+    assert {k for k in plan.state.labels if k.startswith("ex.com")} == {"ex.com/b", "ex.com/d"}
     assert "ID In [debian] is false" in plan.evaluation.rules[2].failure()
 
 
