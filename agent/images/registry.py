@@ -1,0 +1,72 @@
+"""The registry API calls the resolver makes (distribution ``docs/spec/api.md``, OCI
+distribution-spec ``spec.md``): ``HEAD`` a manifest for its digest, ``GET`` a manifest or a
+blob, each with the credential's ``Authorization`` and the status mapped to an error.
+
+401/403/404 are answers, not failures: a 401 is answered once with the challenge (token or
+Basic) and the request sent again; a second 401, a 403 or a 404 is raised at once, never
+retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agent.images.auth import Authenticator, registry_message
+from agent.images.credentials import Credential
+from agent.images.errors import NotFoundError, RegistryError, UnauthorizedError
+from agent.images.platforms import ALL_TYPES
+from agent.images.reference import ImageReference
+from agent.images.transport import Answer, Call, Transport
+
+ACCEPT = ", ".join(ALL_TYPES)
+
+
+class RegistryClient:
+    """Thread-safe; one per resolver."""
+
+    def __init__(self, transport: Transport, auth: Authenticator, insecure: frozenset[str]) -> None:
+        self._transport, self._auth, self._insecure = transport, auth, insecure
+
+    def head_manifest(self, call: Call, image: ImageReference, credential: Credential | None, ref: str,
+                      max_bytes: int) -> Answer:
+        """The manifest's headers; its declared ``Content-Length`` is held to ``max_bytes``."""
+        return self._get(call, image, credential, "HEAD", f"manifests/{ref}", ACCEPT, max_bytes)
+
+    def get_manifest(self, call: Call, image: ImageReference, credential: Credential | None, ref: str,
+                     max_bytes: int) -> Answer:
+        return self._get(call, image, credential, "GET", f"manifests/{ref}", ACCEPT, max_bytes)
+
+    def get_blob(self, call: Call, image: ImageReference, credential: Credential | None, digest: str,
+                 max_bytes: int) -> Answer:
+        return self._get(call, image, credential, "GET", f"blobs/{digest}", "*/*", max_bytes)
+
+    def _get(self, call: Call, image: ImageReference, credential: Credential | None, method: str, path: str,
+             accept: str, max_bytes: int) -> Answer:
+        host = image.api_host
+        scheme = "http" if image.domain in self._insecure or host in self._insecure else "https"
+        url = f"{scheme}://{host}/v2/{image.repository}/{path}"
+        authorization = self._auth.cached(credential, host, image.repository)
+        answer = self._transport.send(call, method, url, _headers(accept, authorization), max_bytes)
+        if answer.status == 401:
+            challenge = answer.headers.get("WWW-Authenticate", "")
+            authorization = self._auth.answer(call, credential, host, image.repository, challenge)
+            answer = self._transport.send(call, method, url, _headers(accept, authorization), max_bytes)
+        if answer.status in (401, 403):
+            raise UnauthorizedError(call.reference, host, answer.status, _said(answer))
+        if answer.status == 404:
+            raise NotFoundError(call.reference, host, 404, _said(answer))
+        if answer.status != 200:
+            raise RegistryError(call.reference, host, answer.status, _said(answer))
+        return answer
+
+
+def _headers(accept: str, authorization: str | None) -> Mapping[str, str]:
+    headers = {"Accept": accept, "User-Agent": "node-feature-agent"}
+    if authorization:
+        headers["Authorization"] = authorization
+    return headers
+
+
+def _said(answer: Answer) -> str:
+    """The registry's own words (empty for a HEAD, which has no body)."""
+    return registry_message(answer.body)
