@@ -1,4 +1,5 @@
-"""``node-feature-agent`` command line: one subcommand per module in ``agent/commands/``.
+"""``node-feature-agent`` command line: one subcommand per module in ``agent/commands/``
+(``explain-image`` is ``explain_image.py``).
 
 Each command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``.  Modules import heavy dependencies (the Kubernetes client, pyudev)
@@ -15,7 +16,7 @@ from agent import __version__
 from agent.logs import setup_logging
 from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args
 
-COMMANDS = ("discover", "plan", "explain", "validate", "apply", "clean", "run", "snapshot")
+COMMANDS = ("discover", "plan", "explain", "explain-image", "validate", "apply", "clean", "run", "snapshot")
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -39,9 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"agent.commands.{name}")
+            module_name = f"agent.commands.{name.replace('-', '_')}"
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name == f"agent.commands.{name}":
+            if exc.name == module_name:
                 continue  # command not built in this checkout
             raise
         cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
