@@ -22,7 +22,7 @@ from urllib.parse import urlencode, urlsplit
 
 from agent.images.credentials import Credential
 from agent.images.errors import RegistryError, UnauthorizedError
-from agent.images.transport import Call, Transport, _first_line
+from agent.images.transport import Call, Transport, registry_message
 
 TOKEN_BODY_LIMIT = 1024 * 1024
 DEFAULT_EXPIRES_IN = 60.0
@@ -112,16 +112,3 @@ class Authenticator:
 def _basic(credential: Credential) -> str:
     raw = f"{credential.username}:{credential.password}".encode()
     return "Basic " + base64.b64encode(raw).decode()
-
-
-def registry_message(body: bytes) -> str:
-    """A registry's own error words: distribution's ``{"errors": [{"code", "message"}]}``
-    as ``CODE: message`` (joined by ``; ``), else the body's first line."""
-    try:
-        errors = json.loads(body).get("errors")
-        parts = [f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors if isinstance(e, dict)]
-        if parts:
-            return "; ".join(parts)[:300]
-    except (ValueError, AttributeError, TypeError):
-        pass
-    return _first_line(body)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.images.auth import Authenticator, registry_message
+from agent.images.auth import Authenticator
 from agent.images.credentials import Credential
 from agent.images.errors import NotFoundError, RegistryError, UnauthorizedError
 from agent.images.platforms import ALL_TYPES
 from agent.images.reference import ImageReference
-from agent.images.transport import Answer, Call, Transport
+from agent.images.transport import Answer, Call, Transport, registry_message
 
 ACCEPT = ", ".join(ALL_TYPES)
 
@@ -33,21 +33,23 @@ class RegistryClient:
         return self._get(call, image, credential, "HEAD", f"manifests/{ref}", ACCEPT, max_bytes)
 
     def get_manifest(self, call: Call, image: ImageReference, credential: Credential | None, ref: str,
-                     max_bytes: int) -> Answer:
-        return self._get(call, image, credential, "GET", f"manifests/{ref}", ACCEPT, max_bytes)
+                     max_bytes: int, *, authenticate: bool = True) -> Answer:
+        """``authenticate=False``: a 401 is raised as is, not answered (for a second look at
+        an error the registry already gave)."""
+        return self._get(call, image, credential, "GET", f"manifests/{ref}", ACCEPT, max_bytes, authenticate)
 
     def get_blob(self, call: Call, image: ImageReference, credential: Credential | None, digest: str,
                  max_bytes: int) -> Answer:
         return self._get(call, image, credential, "GET", f"blobs/{digest}", "*/*", max_bytes)
 
     def _get(self, call: Call, image: ImageReference, credential: Credential | None, method: str, path: str,
-             accept: str, max_bytes: int) -> Answer:
+             accept: str, max_bytes: int, authenticate: bool = True) -> Answer:
         host = image.api_host
         scheme = "http" if image.domain in self._insecure or host in self._insecure else "https"
         url = f"{scheme}://{host}/v2/{image.repository}/{path}"
         authorization = self._auth.cached(credential, host, image.repository)
         answer = self._transport.send(call, method, url, _headers(accept, authorization), max_bytes)
-        if answer.status == 401:
+        if answer.status == 401 and authenticate:
             challenge = answer.headers.get("WWW-Authenticate", "")
             authorization = self._auth.answer(call, credential, host, image.repository, challenge)
             answer = self._transport.send(call, method, url, _headers(accept, authorization), max_bytes)

@@ -203,7 +203,8 @@ class Resolver:
             if exc.registry_message:
                 raise
             # a HEAD answer has no body: ask once more with GET for the registry's own words
-            self._registry.get_manifest(call, image, credential, image.tag, self.config.max_manifest_bytes)
+            self._registry.get_manifest(call, image, credential, image.tag, self.config.max_manifest_bytes,
+                                        authenticate=False)
             raise
         digest = head.headers.get("Docker-Content-Digest", "")
         if not digest:

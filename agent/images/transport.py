@@ -15,6 +15,7 @@ thread-safe connection pool per host and explicit control of redirects, retries 
 from __future__ import annotations
 
 import email.utils
+import json
 import ssl
 import threading
 import time
@@ -131,7 +132,7 @@ class Transport:
                 continue
             if answer.status == 429:
                 if waited_429:
-                    raise RateLimitedError(call.reference, host, 429, _first_line(answer.body))
+                    raise RateLimitedError(call.reference, host, 429, registry_message(answer.body))
                 waited_429 = True
                 self._honour_retry_after(call, host, answer)
                 continue
@@ -150,10 +151,9 @@ class Transport:
         wait = retry_after_seconds(answer.headers.get("Retry-After", ""), time.time())
         if wait > self._limits.max_retry_after or wait >= self.remaining(call):
             raise RateLimitedError(call.reference, host, 429,
-                                   f"Retry-After {wait:g}s is beyond the time bound; {_first_line(answer.body)}".rstrip("; "))
-        with self._lock:
+                                   f"Retry-After {wait:g}s is beyond the time bound; {registry_message(answer.body)}".rstrip("; "))
+        with self._lock:  # every request to this host, this one's retry included, waits
             self._bucket(host).pause_until(self._clock() + wait)
-        self._sleep(wait)
 
     def _bucket(self, host: str) -> _Bucket:
         bucket = self._buckets.get(host)
@@ -228,3 +228,16 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, urllib3.exceptions.NewConnectionError):
         text = text.rpartition("Failed to establish a new connection: ")[2] or text
     return text[:300]
+
+
+def registry_message(body: bytes) -> str:
+    """A registry's own error words: distribution's ``{"errors": [{"code", "message"}]}``
+    as ``CODE: message`` (joined by ``; ``), else the body's first line."""
+    try:
+        errors = json.loads(body).get("errors")
+        parts = [f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors if isinstance(e, dict)]
+        if parts:
+            return "; ".join(parts)[:300]
+    except (ValueError, AttributeError, TypeError):
+        pass
+    return _first_line(body)

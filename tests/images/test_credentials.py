@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.images import Credential, Keyring, PullSecretError, parse_dockercfg, parse_dockerconfigjson
+from agent.images import (
+    Credential,
+    Keyring,
+    PullSecretError,
+    parse_dockercfg,
+    parse_dockerconfigjson,
+)
 from agent.images.credentials import is_default_registry_match, urls_match
 
 CASES = json.loads((Path(__file__).parent / "data" / "kubelet_keyring_cases.json").read_text())
