@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
 
 from tests.images.layouts import Layout
@@ -76,6 +77,22 @@ def token_registry(tmp_path_factory: pytest.TempPathFactory, layouts: Layouts) -
     finally:
         registry.stop()
         tokens.stop()
+
+
+@pytest.fixture(scope="session")
+def basic_registry(tmp_path_factory: pytest.TempPathFactory, layouts: Layouts) -> Iterator[RegistryProcess]:
+    """Basic auth (distribution's htpasswd: bcrypt entries only), user alice, password secret."""
+    root = tmp_path_factory.mktemp("basic")
+    htpasswd = root / "htpasswd"
+    htpasswd.write_bytes(b"alice:" + bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=5)) + b"\n")
+    registry = RegistryProcess(root, "basic", {"auth": {"htpasswd": {"realm": "basic-realm", "path": str(htpasswd)}}})
+    try:
+        registry.start()
+        for ref in ("pair", "single"):
+            push(layouts.root, ref, f"{registry.host}/test/{ref}:1", creds="alice:secret")
+        yield registry
+    finally:
+        registry.stop()
 
 
 @dataclass

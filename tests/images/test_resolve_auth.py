@@ -22,6 +22,7 @@ from agent.images import (
 )
 from tests.images.conftest import Layouts, TlsRegistry, TokenRegistry
 from tests.images.layouts import EXPECTED
+from tests.images.registries import RegistryProcess
 
 
 def keyring(host: str, **entry: str) -> Keyring:
@@ -117,3 +118,15 @@ def test_tls_refuses_an_unknown_ca(tls_registry: TlsRegistry) -> None:
 
     with pytest.raises(RegistryUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
         Resolver(ResolverConfig(total_timeout=5)).resolve(f"{tls_registry.registry.host}/test/multi:1")
+
+
+def test_basic_auth(basic_registry: RegistryProcess) -> None:
+    host = basic_registry.host
+    resolver = Resolver(ResolverConfig(insecure_registries=frozenset({host})))
+    assert resolver.resolve(f"{host}/test/single:1", alice(host)).platforms == EXPECTED["single"]
+    with pytest.raises(UnauthorizedError, match="asked without credentials"):
+        resolver.resolve(f"{host}/test/pair:1")
+    with pytest.raises(UnauthorizedError) as caught:
+        resolver.resolve(f"{host}/test/pair:1", alice(host, "wrong"))
+    assert caught.value.host == host and caught.value.status == 401
+    assert [(r.method, r.status) for r in basic_registry.ours()][:3] == [("HEAD", 401), ("HEAD", 200), ("GET", 200)]
