@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
+        module_name = f"agent.commands.{name.replace('-', '_')}"
         try:
-            module_name = f"agent.commands.{name.replace('-', '_')}"
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name == module_name:

@@ -22,7 +22,7 @@ from urllib.parse import urlencode, urlsplit
 
 from agent.images.credentials import Credential
 from agent.images.errors import RegistryError, UnauthorizedError
-from agent.images.transport import Call, Transport, registry_message
+from agent.images.transport import Answer, Call, Transport, registry_message
 
 TOKEN_BODY_LIMIT = 1024 * 1024
 DEFAULT_EXPIRES_IN = 60.0
@@ -93,20 +93,24 @@ class Authenticator:
                 headers["Authorization"] = _basic(credential)
             separator = "&" if "?" in realm else "?"
             answer = self._transport.send(call, "GET", realm + separator + urlencode(query), headers, TOKEN_BODY_LIMIT)
-        token_host = urlsplit(realm).netloc
-        if answer.status in (401, 403):
-            raise UnauthorizedError(call.reference, token_host, answer.status, registry_message(answer.body))
-        if answer.status != 200:
-            raise RegistryError(call.reference, token_host, answer.status, registry_message(answer.body))
-        try:
-            document = json.loads(answer.body)
-            token = document.get("token") or document.get("access_token")
-            expires_in = float(document.get("expires_in") or DEFAULT_EXPIRES_IN)
-        except (ValueError, AttributeError, TypeError):
-            token, expires_in = None, 0.0
-        if not isinstance(token, str) or not token:
-            raise RegistryError(call.reference, token_host, answer.status, "token server answer has no token")
-        return f"Bearer {token}", max(0.0, expires_in - EXPIRY_MARGIN)
+        return _bearer(call, urlsplit(realm).netloc, answer)
+
+
+def _bearer(call: Call, token_host: str, answer: Answer) -> tuple[str, float]:
+    """The token server's answer as (``Authorization`` value, seconds it may be reused)."""
+    if answer.status in (401, 403):
+        raise UnauthorizedError(call.reference, token_host, answer.status, registry_message(answer.body))
+    if answer.status != 200:
+        raise RegistryError(call.reference, token_host, answer.status, registry_message(answer.body))
+    try:
+        document = json.loads(answer.body)
+        token = document.get("token") or document.get("access_token")
+        expires_in = float(document.get("expires_in") or DEFAULT_EXPIRES_IN)
+    except (ValueError, AttributeError, TypeError):
+        token, expires_in = None, 0.0
+    if not isinstance(token, str) or not token:
+        raise RegistryError(call.reference, token_host, answer.status, "token server answer has no token")
+    return f"Bearer {token}", max(0.0, expires_in - EXPIRY_MARGIN)
 
 
 def _basic(credential: Credential) -> str:

@@ -181,7 +181,7 @@ def urls_match(glob: str, target: str) -> bool:
         return False
     if not target_url.path.startswith(glob_url.path):
         return False
-    return all(_glob_match(g, t) for g, t in zip(glob_parts, target_parts))
+    return all(_glob_match(g, t) for g, t in zip(glob_parts, target_parts, strict=True))
 
 
 def _split_host(netloc: str) -> tuple[list[str], str]:

@@ -27,7 +27,7 @@ _DIGEST = re.compile(r"(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})")
 
 def check_digest(reference: str, digest: str) -> str:
     """``digest`` if it is a sha256 or sha512 digest in canonical form, else an error."""
-    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+    if not _DIGEST.fullmatch(digest):
         raise InvalidManifestError(reference, f"digest {str(digest)[:100]!r} is not a sha256 or sha512 digest")
     return digest
 

@@ -57,7 +57,7 @@ class ImageReference:
 def parse_reference(text: str) -> ImageReference:
     """Parse ``text`` as a runtime does; :class:`InvalidReferenceError` quotes the grammar's
     complaint when it is not a reference."""
-    if not isinstance(text, str) or not text or text != text.strip():
+    if not text or text != text.strip():
         raise InvalidReferenceError(repr(text), "invalid reference format")
     try:
         named = _distribution.Reference.parse_normalized_named(text)
