@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from agent import __version__
 from agent.logs import setup_logging
@@ -23,7 +24,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
     """Usage errors as one line on stderr (``error: <command>: <why>``) and exit status 2,
     instead of argparse's usage block: a log collector keeps the reason in one record."""
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def error(self, message: str) -> NoReturn:  # argparse's hook
         self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see --help)\n")
 
 

@@ -21,7 +21,11 @@ from agent.config import (add_host_arguments, add_node_arguments, add_policy_arg
 from agent.preflight import ConfigurationError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from agent.desired import DesiredNodeState, Taint
     from agent.reconcile.node_api import NodeApi
+    from agent.reconcile.outcome import ReconcileOutcome
 
 HELP = "discover, plan and apply this node's labels, extended resources and taints once (the agent loop is `run`)"
 
@@ -72,9 +76,8 @@ def connect(args: argparse.Namespace) -> NodeApi:
         raise ConfigurationError(f"cannot load Kubernetes client configuration ({where}): {reason[:300]}") from exc
 
 
-def parse_startup_taints(texts: list[str]):
+def parse_startup_taints(texts: list[str]) -> list[Taint]:
     from agent.desired import Taint
-
     from agent.k8s_validation import taint_errors
 
     taints = []
@@ -90,7 +93,8 @@ def parse_startup_taints(texts: list[str]):
     return taints
 
 
-def print_outcome(node: str, outcome, *, fmt: str, dry_run: bool, extra: dict | None = None) -> None:
+def print_outcome(node: str, outcome: ReconcileOutcome, *, fmt: str, dry_run: bool,
+                  extra: dict[str, object] | None = None) -> None:
     if fmt == "json":
         body = {"node": node, "dry_run": dry_run, **outcome.to_json(), **(extra or {})}
         json.dump(body, sys.stdout, indent=2)
@@ -142,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
                f"{'; ' + ', '.join(sorted(held_resources)) if held_resources else ''})")
         log.warning("%s", why)
 
-    def plan(node_labels):
+    def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
         state = rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
         if undetermined:
             state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
                 reconciler.events.record(reconciler.node_uid, REASON_READ_FAILED, why, warning=True)
     desired = outcome.desired
-    extra = {}
+    extra: dict[str, object] = {}
     if desired is not None:
         extra = {"desired": desired.to_json(), "desired_problems": [p.to_json() for p in desired.problems]}
         for problem in desired.problems:

@@ -18,9 +18,14 @@ import logging
 import signal
 import sys
 import threading
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config,
                           non_negative_float, positive_float, positive_int, rule_options, rules_dirs, selected_sources)
+
+if TYPE_CHECKING:
+    from agent.runtime.settings import Settings
 
 HELP = "run the agent: keep this node's labels, extended resources and taints in step (the DaemonSet's command)"
 
@@ -91,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retries", type=positive_int, default=1, help=argparse.SUPPRESS)
 
 
-def settings_from_args(args: argparse.Namespace):
+def settings_from_args(args: argparse.Namespace) -> Settings:
     from agent.commands.apply import parse_startup_taints
     from agent.runtime.agent import Settings
 
@@ -121,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     api = connect(args)
     stop = threading.Event()
 
-    def on_signal(signum, _frame):  # noqa: ANN001
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name, extra={"event": "signal"})
         stop.set()
 
