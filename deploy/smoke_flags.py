@@ -44,27 +44,14 @@ def render_configmap(manifest_text: str, name: str, directory: str) -> str:
     return directory
 
 
-def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_root: str = "/",
-               pod_name: str = "smoke", namespace: str = "node-feature-agent",
-               drop_missing_files: bool = False, configmap_root: str | None = None) -> DockerRun:
-    """``docker run`` flags equivalent to the DaemonSet's pod on this host (``host_root`` is
-    where the host's ``/`` is seen; ``catalogue_dir`` stands in for the catalogue ConfigMap,
-    the one mounted where ``--rules`` points; any other ConfigMap is rendered from the manifest
-    under ``configmap_root``).
-    A ``type: File``/``Directory`` hostPath missing here is a ``ManifestError`` (kubelet would
-    not start the pod), unless ``drop_missing_files``: then it is left out, with a note, as an
-    operator would remove that mount for such nodes."""
-    pod = daemonset(manifest_text)["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    pod_ctx, ctx = pod.get("securityContext") or {}, container.get("securityContext") or {}
-    merged = {**pod_ctx, **ctx}
+def _security_flags(merged: dict[str, Any]) -> tuple[str, list[str]]:
+    """The user and the docker flags for the pod's and container's merged securityContext."""
     if merged.get("privileged"):
         raise ManifestError("the container is privileged: the hardening the smoke test proves is not there")
     if "runAsUser" not in merged:
         raise ManifestError("no runAsUser: the image's USER would decide, not the manifest")
     user = f"{merged['runAsUser']}:{merged.get('runAsGroup', merged['runAsUser'])}"
     flags: list[str] = ["--user", user]
-    notes: list[str] = []
     if merged.get("readOnlyRootFilesystem"):
         flags.append("--read-only")
     caps = merged.get("capabilities") or {}
@@ -80,6 +67,35 @@ def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_r
     elif seccomp != "RuntimeDefault":
         raise ManifestError(f"seccomp profile {seccomp!r} has no docker equivalent here")
     # Docker's default profile is the runtime default, as containerd's is for RuntimeDefault.
+    return user, flags
+
+
+def _env_flags(container: dict[str, Any], fields: dict[str, str]) -> list[str]:
+    """The container's environment: values as written, field references from ``fields``."""
+    flags: list[str] = []
+    for var in container.get("env") or []:
+        if "value" in var:
+            flags += ["-e", f"{var['name']}={var['value']}"]
+        else:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            flags += ["-e", f"{var['name']}={fields[path]}"]
+    return flags
+
+
+def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_root: str = "/",
+               pod_name: str = "smoke", namespace: str = "node-feature-agent",
+               drop_missing_files: bool = False, configmap_root: str | None = None) -> DockerRun:
+    """``docker run`` flags equivalent to the DaemonSet's pod on this host (``host_root`` is
+    where the host's ``/`` is seen; ``catalogue_dir`` stands in for the catalogue ConfigMap,
+    the one mounted where ``--rules`` points; any other ConfigMap is rendered from the manifest
+    under ``configmap_root``).
+    A ``type: File``/``Directory`` hostPath missing here is a ``ManifestError`` (kubelet would
+    not start the pod), unless ``drop_missing_files``: then it is left out, with a note, as an
+    operator would remove that mount for such nodes."""
+    pod = daemonset(manifest_text)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    user, flags = _security_flags({**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})})
+    notes: list[str] = []
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     for mount in container.get("volumeMounts") or []:
         volume = volumes[mount["name"]]
@@ -116,13 +132,8 @@ def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_r
             flags += ["--mount", f"type=bind,source={source},target={target},readonly"]
         else:
             raise ManifestError(f"volume {mount['name']}: no docker equivalent in the smoke run")
-    env = {"spec.nodeName": node_name, "metadata.name": pod_name, "metadata.namespace": namespace}
-    for var in container.get("env") or []:
-        if "value" in var:
-            flags += ["-e", f"{var['name']}={var['value']}"]
-        else:
-            path = var["valueFrom"]["fieldRef"]["fieldPath"]
-            flags += ["-e", f"{var['name']}={env[path]}"]
+    fields = {"spec.nodeName": node_name, "metadata.name": pod_name, "metadata.namespace": namespace}
+    flags += _env_flags(container, fields)
     if not pod.get("hostNetwork"):
         notes.append("the pod has its own network namespace; the smoke run uses the host's, so the container "
                      "reaches the test API server on 127.0.0.1 (dockerd runs here without a bridge)")

@@ -93,7 +93,8 @@ def build_image(tmp: Path, base: str) -> None:
     dockerfile = context / "Dockerfile"
     # the syntax directive makes BuildKit fetch a frontend image from a registry; the built-in
     # frontend of Debian's docker.io understands this Dockerfile (RUN --mount) without it
-    dockerfile.write_text("".join(l for l in dockerfile.read_text().splitlines(True) if not l.startswith("# syntax=")))
+    dockerfile.write_text("".join(line for line in dockerfile.read_text().splitlines(True)
+                                  if not line.startswith("# syntax=")))
     started = time.monotonic()
     done = subprocess.run([DOCKER, "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}", "-t", IMAGE,
                            str(context)], env={**os.environ, "DOCKER_BUILDKIT": "1"}, text=True, capture_output=True)
