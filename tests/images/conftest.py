@@ -48,14 +48,11 @@ def fill(layouts: Layouts, host: str, prefix: str, creds: str | None = None) -> 
 
 @pytest.fixture(scope="session")
 def plain_registry(tmp_path_factory: pytest.TempPathFactory, layouts: Layouts) -> Iterator[RegistryProcess]:
-    registry = RegistryProcess(tmp_path_factory.mktemp("registries"), "plain").start()
-    try:
+    with RegistryProcess(tmp_path_factory.mktemp("registries"), "plain").running() as registry:
         fill(layouts, registry.host, "test")
         for ref in ("pair", "single"):
             push(layouts.salted, ref, f"{registry.host}/corrupt/{ref}:1")
         yield registry
-    finally:
-        registry.stop()
 
 
 @dataclass
@@ -68,14 +65,12 @@ class TokenRegistry:
 def token_registry(tmp_path_factory: pytest.TempPathFactory, layouts: Layouts) -> Iterator[TokenRegistry]:
     root = tmp_path_factory.mktemp("token")
     tokens = TokenServer(root)
-    registry = RegistryProcess(root, "token", {"auth": tokens.registry_auth()})
     try:
-        registry.start()
-        fill(layouts, registry.host, "public", creds="alice:secret")
-        fill(layouts, registry.host, "private", creds="alice:secret")
-        yield TokenRegistry(registry, tokens)
+        with RegistryProcess(root, "token", {"auth": tokens.registry_auth()}).running() as registry:
+            fill(layouts, registry.host, "public", creds="alice:secret")
+            fill(layouts, registry.host, "private", creds="alice:secret")
+            yield TokenRegistry(registry, tokens)
     finally:
-        registry.stop()
         tokens.stop()
 
 
@@ -85,14 +80,11 @@ def basic_registry(tmp_path_factory: pytest.TempPathFactory, layouts: Layouts) -
     root = tmp_path_factory.mktemp("basic")
     htpasswd = root / "htpasswd"
     htpasswd.write_bytes(b"alice:" + bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=5)) + b"\n")
-    registry = RegistryProcess(root, "basic", {"auth": {"htpasswd": {"realm": "basic-realm", "path": str(htpasswd)}}})
-    try:
-        registry.start()
+    auth = {"htpasswd": {"realm": "basic-realm", "path": str(htpasswd)}}
+    with RegistryProcess(root, "basic", {"auth": auth}).running() as registry:
         for ref in ("pair", "single"):
             push(layouts.root, ref, f"{registry.host}/test/{ref}:1", creds="alice:secret")
         yield registry
-    finally:
-        registry.stop()
 
 
 @dataclass
@@ -105,10 +97,7 @@ class TlsRegistry:
 def tls_registry(tmp_path_factory: pytest.TempPathFactory, layouts: Layouts) -> Iterator[TlsRegistry]:
     root = tmp_path_factory.mktemp("tls")
     ca, cert, key = make_ca(root)
-    registry = RegistryProcess(root, "tls", {"http": {"tls": {"certificate": str(cert), "key": str(key)}}}, scheme="https")
-    try:
-        registry.start(ca_file=str(ca))
+    tls = {"http": {"tls": {"certificate": str(cert), "key": str(key)}}}
+    with RegistryProcess(root, "tls", tls, scheme="https").running(ca_file=str(ca)) as registry:
         fill(layouts, registry.host, "test")
         yield TlsRegistry(registry, ca)
-    finally:
-        registry.stop()

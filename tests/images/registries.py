@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import http.server
 import json
@@ -29,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -93,6 +95,14 @@ class RegistryProcess:
             context = ssl.create_default_context(cafile=ca_file)
         wait_for(lambda: self._answers(context), f"registry {self.host}")
         return self
+
+    @contextlib.contextmanager
+    def running(self, ca_file: str | None = None) -> Iterator[RegistryProcess]:
+        """Started, and stopped by PID however the block ends (a failed start included)."""
+        try:
+            yield self.start(ca_file)
+        finally:
+            self.stop()
 
     def _answers(self, context: Any) -> bool:
         assert self.process is not None
@@ -287,6 +297,45 @@ class Throttle(_Service):
             status, body, got = error.code, error.read(), error.headers
         keep = ("content-type", "docker-content-digest", "www-authenticate", "location")
         self.reply(handler, method, status, body, {k: v for k, v in got.items() if k.lower() in keep})
+
+
+class BlobRedirect(Throttle):
+    """Forwards to ``upstream`` but answers blob requests ``307`` to ``target`` (another
+    host:port of the same registry), as registries on object storage redirect blobs."""
+
+    def __init__(self, upstream: str, target: str) -> None:
+        super().__init__(upstream)
+        self.target = target
+
+    def handle(self, handler: _Handler, method: str) -> None:
+        if "/blobs/" in handler.path:
+            return self.reply(handler, method, 307, b"", {"Location": f"http://{self.target}{handler.path}"})
+        return super().handle(handler, method)
+
+
+class Endless(_Service):
+    """A hostile registry: any manifest is an OCI index of ``size`` bytes, sent without
+    ``Content-Length`` (``declare=False``, read until the connection closes) or declaring it."""
+
+    def __init__(self, size: int, declare: bool) -> None:
+        super().__init__()
+        self.size, self.declare = size, declare
+
+    def handle(self, handler: _Handler, method: str) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+        handler.send_header("Docker-Content-Digest", "sha256:" + "a" * 64)
+        if self.declare:
+            handler.send_header("Content-Length", str(self.size))
+        handler.end_headers()
+        if method == "HEAD":
+            return
+        chunk = b" " * 65536
+        try:
+            for _ in range(self.size // len(chunk)):
+                handler.wfile.write(chunk)
+        except OSError:
+            pass  # the client stopped reading at its cap
 
 
 def make_ca(root: Path) -> tuple[Path, Path, Path]:

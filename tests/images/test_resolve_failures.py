@@ -99,13 +99,10 @@ def test_retry_after_beyond_the_bound_fails_at_once(plain_registry: RegistryProc
 
 
 def test_a_stopped_registry_is_a_clear_error_within_the_bound(tmp_path: Path, layouts: Layouts) -> None:
-    registry = RegistryProcess(tmp_path, "doomed").start()
-    try:
+    with RegistryProcess(tmp_path, "doomed").running() as registry:
         push(layouts.root, "pair", f"{registry.host}/test/pair:1")
         resolver = Resolver(ResolverConfig(insecure_registries=frozenset({registry.host}), total_timeout=10))
         assert resolver.resolve(f"{registry.host}/test/pair:1").platforms == EXPECTED["pair"]
-    finally:
-        registry.stop()
     started = time.monotonic()
     with pytest.raises(RegistryUnavailableError, match="Connection refused") as caught:
         resolver.resolve(f"{registry.host}/test/pair:1", pull_always=True)
