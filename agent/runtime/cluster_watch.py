@@ -32,8 +32,8 @@ from agent.runtime.node_watch import (
     MAX_WATCH_DELAY,
     WatchExpired,
     _describe,
-    _lines,
     _retry_after,
+    consume,
 )
 
 log = logging.getLogger(__name__)
@@ -218,17 +218,14 @@ class CollectionWatch:
                              _request_timeout=(DEFAULT_REQUEST_TIMEOUT[0], self.read_timeout))
         with self._lock:
             self._response = response
-        started, count = time.monotonic(), 0
+        if self._stop.is_set():
+            response.shutdown()
+        started = time.monotonic()
         try:
-            for line in _lines(response):
-                if self._stop.is_set():
-                    break
-                count += 1
-                self._event(line)
+            count = consume(response, self._stop, self._event)
         finally:
             with self._lock:
                 self._response = None
-            response.release_conn()
         if count == 0 and time.monotonic() - started < 1.0:
             self._wait(1.0)  # a server ending watches at once: no hot loop
 

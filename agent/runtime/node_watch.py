@@ -200,18 +200,11 @@ class NodeWatcher:
             self._response = response
         if self._stop.is_set():
             response.shutdown()
-        count = 0
         try:
-            for line in _lines(response):
-                if self._stop.is_set():
-                    break
-                count += 1
-                self._event(line)
+            return consume(response, self._stop, self._event)
         finally:
             with self._lock:
                 self._response = None
-            response.release_conn()
-        return count
 
     def _event(self, line: bytes) -> None:
         try:
@@ -259,6 +252,21 @@ class NodeWatcher:
             self.last_activity = time.monotonic()
         if node is not None and relevant(node) != relevant(previous):
             self.on_change(node)
+
+
+def consume(response: Any, stop: threading.Event, handle: Callable[[bytes], None]) -> int:
+    """Hand each event line of a watch response to ``handle`` until the stream ends or ``stop``
+    is set; returns how many. The connection goes back to the pool either way."""
+    count = 0
+    try:
+        for line in _lines(response):
+            if stop.is_set():
+                break
+            count += 1
+            handle(line)
+    finally:
+        response.release_conn()
+    return count
 
 
 def _lines(response: Any):
