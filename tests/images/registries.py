@@ -273,12 +273,14 @@ class TokenServer(_Service):
 
 class Throttle(_Service):
     """Forwards to ``upstream``; a request whose path is in ``limits`` is answered ``429`` with
-    ``Retry-After: retry_after`` as many times as its count says, then forwarded."""
+    ``Retry-After: retry_after`` as many times as its count says, then forwarded. Only the
+    response headers named in ``keep`` are passed on."""
 
     def __init__(self, upstream: str, retry_after: str = "2") -> None:
         super().__init__()
         self.upstream, self.retry_after = upstream, retry_after
         self.limits: dict[str, int] = {}
+        self.keep: tuple[str, ...] = ("content-type", "docker-content-digest", "www-authenticate", "location")
 
     def handle(self, handler: _Handler, method: str) -> None:
         with self.lock:
@@ -295,8 +297,7 @@ class Throttle(_Service):
                 status, body, got = response.status, response.read(), response.headers
         except urllib.error.HTTPError as error:
             status, body, got = error.code, error.read(), error.headers
-        keep = ("content-type", "docker-content-digest", "www-authenticate", "location")
-        self.reply(handler, method, status, body, {k: v for k, v in got.items() if k.lower() in keep})
+        self.reply(handler, method, status, body, {k: v for k, v in got.items() if k.lower() in self.keep})
 
 
 class BlobRedirect(Throttle):

@@ -1,6 +1,7 @@
 """Registries that redirect or misbehave: a blob answered with a redirect to another host (as
 registries on object storage do) is followed; a body larger than the manifest cap is refused
-whether it declares its length or streams without one, after reading at most the cap."""
+whether it declares its length or streams without one, after reading at most the cap; a
+registry that sends no ``Docker-Content-Digest`` is answered by the digest of the body."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 
 from agent.images import InvalidManifestError, Resolver, ResolverConfig
 from tests.images.layouts import EXPECTED
-from tests.images.registries import BlobRedirect, Endless, RegistryProcess
+from tests.images.conftest import Layouts
+from tests.images.registries import BlobRedirect, Endless, RegistryProcess, Throttle
 
 MiB = 1024 * 1024
 
@@ -35,3 +37,15 @@ def test_a_body_over_the_cap_is_refused(declare: bool) -> None:
             resolver.resolve(f"{server.host}/hostile/index:1")
     finally:
         server.stop()
+
+
+def test_without_docker_content_digest_the_digest_is_the_body_s(plain_registry: RegistryProcess, layouts: Layouts) -> None:
+    """The header is optional (OCI distribution-spec); the tag's manifest body then names it."""
+    proxy = Throttle(plain_registry.host)
+    proxy.keep = ("content-type",)
+    try:
+        answer = Resolver(ResolverConfig(insecure_registries=frozenset({proxy.host}))).resolve(f"{proxy.host}/test/multi:1")
+        assert answer.digest == layouts.refs["multi"]["digest"] and answer.platforms == EXPECTED["multi"]
+        assert [(m, p.rsplit("/", 1)[1][:7]) for m, p, _ in proxy.seen] == [("HEAD", "1"), ("GET", "1"), ("GET", "sha256:")]
+    finally:
+        proxy.stop()
