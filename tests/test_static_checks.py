@@ -1,4 +1,4 @@
-"""The type and lint gates: `mypy` (strict for agent/) and `ruff check` (the whole repository),
+"""The type and lint gates: `mypy` (strict for agent/ and tests/support/) and `ruff check` (the whole repository),
 both configured in pyproject.toml, report nothing. Each gate is also shown to fail on a
 planted error, so a configuration that checks nothing cannot pass for a clean one."""
 

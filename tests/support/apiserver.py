@@ -214,7 +214,9 @@ class _HttpServer(ThreadingHTTPServer):
         self.conn_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
 
-    def process_request(self, request, client_address):  # socketserver signature
+    # a TCP server's requests are its connections' sockets (socketserver also types UDP's)
+    def process_request(self, request: socket.socket,  # type: ignore[override]
+                        client_address: tuple[str, int]) -> None:
         with self.conn_lock:
             self.connections.add(request)
             self.threads = [t for t in self.threads if t.is_alive()]
@@ -222,12 +224,13 @@ class _HttpServer(ThreadingHTTPServer):
             self.threads.append(thread)
         thread.start()
 
-    def shutdown_request(self, request):
+    def shutdown_request(self, request: socket.socket) -> None:  # type: ignore[override]
         with self.conn_lock:
             self.connections.discard(request)
         super().shutdown_request(request)
 
-    def handle_error(self, request, client_address):  # keep test output quiet
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket],
+                     client_address: tuple[str, int]) -> None:  # keep test output quiet
         # socketserver calls this inside its except block, so exc_info is the error's
         log.debug("connection from %s ended with an error", client_address, exc_info=True)  # noqa: LOG014
 
@@ -721,29 +724,29 @@ class FakeApiServer:
             problem = schema.type_problem(candidate) or validation.decode_problem(candidate)
             if problem:
                 raise decode_error(problem, candidate, put_body=body)
-            candidate = schema.prune(candidate)  # decoding into the Go struct drops unknown fields
-            wanted_rv = candidate["metadata"].get("resourceVersion")
+            node: dict[str, Any] = schema.prune(candidate)  # decoding into the Go struct drops unknown fields
+            wanted_rv = node["metadata"].get("resourceVersion")
             if wanted_rv not in (None, "") and str(wanted_rv) != before["metadata"]["resourceVersion"]:
                 raise Conflict("nodes", name)
-            if candidate["metadata"].get("name", name) != name:
-                raise ApiError(400, status_body(400, f"the name of the object ({candidate['metadata']['name']}) does "
+            if node["metadata"].get("name", name) != name:
+                raise ApiError(400, status_body(400, f"the name of the object ({node['metadata']['name']}) does "
                                                      f"not match the name on the URL ({name})"))
             if subresource == "status":
-                candidate["spec"] = copy.deepcopy(before.get("spec") or {})
+                node["spec"] = copy.deepcopy(before.get("spec") or {})
             else:
-                candidate["status"] = copy.deepcopy(before.get("status") or {})
-            candidate["kind"], candidate["apiVersion"] = "Node", "v1"
-            candidate.setdefault("spec", {})
-            status = candidate.setdefault("status", {})
+                node["status"] = copy.deepcopy(before.get("status") or {})
+            node["kind"], node["apiVersion"] = "Node", "v1"
+            node.setdefault("spec", {})
+            status = node.setdefault("status", {})
             for section in ("capacity", "allocatable"):
                 if isinstance(status.get(section), dict):
                     status[section] = {k: quantity.canonical(v) for k, v in status[section].items()}
-            causes = validation.validate_node_write(candidate, subresource,
+            causes = validation.validate_node_write(node, subresource,
                                                     check_resource_names=self.check_resource_names)
             if causes:
                 raise invalid_error("Node", name, causes)
-            self._kubelet_sync(before, candidate)  # kubelet's own later write: never part of the 422
-            return candidate
+            self._kubelet_sync(before, node)  # kubelet's own later write: never part of the 422
+            return node
 
         try:
             if dry_run:
@@ -951,18 +954,20 @@ class FakeApiServer:
         self.watches.add(watcher)
         how = "abrupt"
         try:
-            transform = None
+            transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
             if "as=Table" in handler.headers.get("Accept", ""):
                 # handlers/watch.go Fixup: each object becomes a Table; the column
                 # definitions go with the first one only (TableOptions.NoHeaders after it)
                 headers_sent = [False]
 
-                def transform(obj: dict[str, Any]) -> dict[str, Any]:
+                def to_table(obj: dict[str, Any]) -> dict[str, Any]:
                     table = discovery.table(resource, [obj], int(obj["metadata"]["resourceVersion"]))
                     if headers_sent[0]:
                         table["columnDefinitions"] = None
                     headers_sent[0] = True
                     return table
+
+                transform = to_table
             handler.start_stream("application/json;as=Table;v=v1;g=meta.k8s.io" if transform else "application/json")
             how = stream(self.store, watcher, handler.send_chunk, stopping=self._stopping,
                          bookmark_interval=self.bookmark_interval, transform=transform)

@@ -50,7 +50,7 @@ def prune(schema: dict[str, Any], value: Any) -> Any:
             return {k: prune(props[k], v) for k, v in value.items() if k in props}
         if isinstance(extra, dict):
             return {k: prune(extra, v) for k, v in value.items()}
-        return {} if props is None and extra is None and "metadata" not in schema else value
+        return {} if extra is None and "metadata" not in schema else value
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [prune(schema["items"], v) for v in value]
     return value

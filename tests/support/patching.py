@@ -99,8 +99,8 @@ def strategic_merge_patch(target: Any, patch: Any, path: tuple[str, ...] = ()) -
     return base
 
 
-def _merge_list(current: Any, patch: list, key: str | None, path: tuple[str, ...]) -> list:
-    current = copy.deepcopy(current) if isinstance(current, list) else []
+def _merge_list(existing: Any, patch: list[Any], key: str | None, path: tuple[str, ...]) -> list[Any]:
+    current: list[Any] = copy.deepcopy(existing) if isinstance(existing, list) else []
     if key is None:  # a set of primitives
         return current + [v for v in patch if v not in current]
     if any(isinstance(item, Mapping) and item.get("$patch") == "replace" for item in patch):
@@ -283,7 +283,9 @@ def _go_json_type(value: Any) -> str:
         return "bool"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "object")
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def json_patch(target: Any, ops: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 Matcher = Callable[[Mapping[str, Any]], bool]
@@ -64,28 +65,46 @@ def field_selector(text: str | None, resource: str | None = None) -> Matcher:
                            for path, negate, value in terms)
 
 
+def _value_in(key: str, values: set[str], labels: Mapping[str, str]) -> bool:
+    return labels.get(key) in values
+
+
+def _value_not_in(key: str, values: set[str], labels: Mapping[str, str]) -> bool:
+    return labels.get(key) not in values
+
+
+def _value_is(key: str, value: str, labels: Mapping[str, str]) -> bool:
+    return key in labels and labels[key] == value
+
+
+def _value_not(key: str, value: str, labels: Mapping[str, str]) -> bool:
+    return labels.get(key) != value
+
+
+def _absent(key: str, labels: Mapping[str, str]) -> bool:
+    return key not in labels
+
+
+def _present(key: str, labels: Mapping[str, str]) -> bool:
+    return key in labels
+
+
 def label_selector(text: str | None) -> Matcher:
     checks: list[Callable[[Mapping[str, str]], bool]] = []
     for term in _split(text or ""):
         set_match = _SET_RE.match(term)
         if set_match:
             key, op, values = set_match.group(1), set_match.group(2), {v.strip() for v in set_match.group(3).split(",")}
-            if op == "in":
-                checks.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                checks.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            checks.append(partial(_value_in if op == "in" else _value_not_in, key, values))
             continue
         match = re.match(r"^([^\s!=]+)\s*(==|!=|=)\s*([^\s=!]*)$", term)
         if match:
             key, op, value = match.groups()
-            if op == "!=":
-                checks.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                checks.append(lambda labels, k=key, v=value: k in labels and labels[k] == v)
+            checks.append(partial(_value_not if op == "!=" else _value_is, key, value))
         elif re.match(r"^![^\s!=()]+$", term):
-            checks.append(lambda labels, k=term[1:]: k not in labels)
+            checks.append(partial(_absent, term[1:]))
         elif re.match(r"^[^\s!=()]+$", term):
-            checks.append(lambda labels, k=term: k in labels)
+            checks.append(partial(_present, term))
         else:
             raise ValueError(f"unable to parse requirement: {term!r}")
     return lambda obj: all(check((obj.get("metadata") or {}).get("labels") or {}) for check in checks)

@@ -196,8 +196,7 @@ def validate_resources(status: Mapping[str, Any], check_names: bool) -> list[Cau
                 causes.append(invalid(path, quantity.canonical(text), "must be greater than or equal to 0"))
             if is_integer_resource_name(name):
                 milli = value * 1000  # Quantity.MilliValue() rounds up; % 1000 on that
-                milli = -((-milli.numerator) // milli.denominator)
-                if milli % 1000 != 0:
+                if -((-milli.numerator) // milli.denominator) % 1000 != 0:
                     causes.append(invalid(path, quantity.canonical(text), "must be an integer"))
     return causes
 
@@ -235,7 +234,7 @@ def validate_node_write(node: Mapping[str, Any], subresource: str | None, *,
     return validate_node(node, check_resource_names=check_resource_names) + update
 
 
-def decode_problem(node: Mapping[str, Any]) -> str | None:
+def decode_problem(node: object) -> str | None:
     """What the server's JSON decoding into a typed Node would refuse (a 400, not a 422)."""
     if not isinstance(node, Mapping):
         return "the body must be a JSON object"

@@ -189,7 +189,7 @@ def stream(store: Store, watcher: Watcher, send: Callable[[bytes], None], *, sto
     with store.lock:
         initial, cursor, floor = _start(store, watcher, line)
     if initial is None:
-        send(line("ERROR", gone(watcher.since, floor)))
+        send(line("ERROR", gone(cursor, floor)))  # the cursor is the expired version asked for
         return "expired"
     for data in initial:
         send(data)
