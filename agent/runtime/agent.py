@@ -92,7 +92,7 @@ class Agent:
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.cluster = ClusterObjects(settings.node_name, lambda: self.queue.put(q.RULES),
-                                      on_problem=self._rules_rejected, options=settings.rule_options) \
+                                      on_problem=self._cluster_problem, options=settings.rule_options) \
             if settings.rules_from_cluster else None
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
@@ -303,6 +303,10 @@ class Agent:
 
     def _rule_generations(self) -> tuple[int, int]:
         return self.rules.generation, self.cluster.generation if self.cluster is not None else 0
+
+    def _cluster_problem(self, text: str) -> None:
+        """A NodeFeatureRule/NodeFeature object with problems: a Warning, not a refused reload."""
+        self._warn_in_next_pass(REASON_RULES_INVALID, text)
 
     def _rules_rejected(self, text: str) -> None:
         self.metrics.rules_reloads.labels("rejected").inc()
