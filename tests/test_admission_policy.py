@@ -91,10 +91,10 @@ def converged_node() -> dict:
 
 
 def _record_agent_writes() -> list[tuple[dict, dict]]:
-    from tests.faults.harness import Harness
-
     import tempfile
     from pathlib import Path
+
+    from tests.faults.harness import Harness
 
     with FakeApiServer() as server, tempfile.TemporaryDirectory() as tmp:
         seed_node(server)

@@ -16,8 +16,17 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, claim_policy, discovery_config, positive_int,
-                          rule_options, rules_dirs, selected_sources)
+from agent.config import (
+    add_host_arguments,
+    add_node_arguments,
+    add_policy_arguments,
+    claim_policy,
+    discovery_config,
+    positive_int,
+    rule_options,
+    rules_dirs,
+    selected_sources,
+)
 from agent.preflight import ConfigurationError
 
 if TYPE_CHECKING:

@@ -21,8 +21,18 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from agent.config import (add_host_arguments, add_node_arguments, add_policy_arguments, discovery_config,
-                          non_negative_float, positive_float, positive_int, rule_options, rules_dirs, selected_sources)
+from agent.config import (
+    add_host_arguments,
+    add_node_arguments,
+    add_policy_arguments,
+    discovery_config,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    rule_options,
+    rules_dirs,
+    selected_sources,
+)
 
 if TYPE_CHECKING:
     from agent.runtime.settings import Settings

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agent.config import rules_dirs
-from agent.config import add_policy_arguments, rule_options
+from agent.config import add_policy_arguments, rule_options, rules_dirs
 
 HELP = "check label files and NodeFeatureRule YAML; exit non-zero with file:line messages on any error"
 

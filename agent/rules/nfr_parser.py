@@ -13,11 +13,18 @@ from typing import Any
 import yaml
 
 from agent.desired import Problem
+from agent.gotemplate import TemplateError, compile_template
 from agent.rules.device_specs import DeviceSpecError, parse_devices
 from agent.rules.expressions import check_expression
-from agent.gotemplate import TemplateError, compile_template
 from agent.rules.model import (
-    AnyBranch, Expression, FeatureTerm, OutputItem, Rule, RuleSet, TaintSpec, TemplateSpec,
+    AnyBranch,
+    Expression,
+    FeatureTerm,
+    OutputItem,
+    Rule,
+    RuleSet,
+    TaintSpec,
+    TemplateSpec,
 )
 from agent.rules.yaml_lines import LineList, LineMap, YamlShapeError, load_documents
 

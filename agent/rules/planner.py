@@ -18,8 +18,12 @@ from agent.device_claims import DeviceClaim, MatchedDevice
 from agent.features import Feature
 from agent.k8s_validation import (
     ANNOTATIONS_TOTAL_MAX,
-    annotation_key_errors, extended_resource_name_errors, extended_resource_quantity_errors,
-    label_value_errors, qualified_name_errors, taint_errors,
+    annotation_key_errors,
+    extended_resource_name_errors,
+    extended_resource_quantity_errors,
+    label_value_errors,
+    qualified_name_errors,
+    taint_errors,
 )
 from agent.rules.evaluate import EvaluationResult, Output, RuleResult, evaluate_rules
 from agent.rules.model import Catalogue, Dependency, LabelFile, RuleOptions

@@ -11,8 +11,8 @@ import shutil
 import pytest
 
 from agent import rules
-from agent.deviceplugin.resolve import device_id, resolve_claims
 from agent.device_claims import MatchedDevice
+from agent.deviceplugin.resolve import device_id, resolve_claims
 from agent.discovery import discover
 from agent.hostfs import HostFS
 from tests.conftest import FIXTURES, LABELS_DIR

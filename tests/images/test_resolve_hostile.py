@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from agent.images import InvalidManifestError, Resolver, ResolverConfig
-from tests.images.layouts import EXPECTED
 from tests.images.conftest import Layouts
+from tests.images.layouts import EXPECTED
 from tests.images.registries import BlobRedirect, Endless, RegistryProcess, Throttle
 
 MiB = 1024 * 1024

@@ -7,7 +7,6 @@ for flags, {Name, Value} for attributes and attribute maps for instances.
 
 from __future__ import annotations
 
-
 import pytest
 
 from agent.gotemplate import (
