@@ -123,8 +123,9 @@ def test_a_silent_registry_times_out_within_the_bound() -> None:
 
 
 def test_rate_limit_per_registry(plain_registry: RegistryProcess) -> None:
-    """Six requests at 2 per second with a burst of 2: the limiter asks for >= 2 s of waits
-    in total (the sleeps it requests, recorded; the clock itself is real)."""
+    """Six requests at 2 per second with a burst of 2: the sixth cannot start before 2 s after
+    the first (a lower bound, so a loaded machine cannot break it), and the limiter is what
+    made them wait."""
     waits: list[float] = []
 
     def sleep(seconds: float) -> None:
@@ -133,6 +134,8 @@ def test_rate_limit_per_registry(plain_registry: RegistryProcess) -> None:
 
     resolver = Resolver(ResolverConfig(insecure_registries=frozenset({plain_registry.host}), requests_per_second=2,
                                        burst=2), sleep=sleep)
+    started = time.monotonic()
     for name in ("pair", "levels", "multi"):  # HEAD + GET each
         resolver.resolve(f"{plain_registry.host}/test/{name}:1")
-    assert sum(waits) >= 2.0 - 0.05
+    assert time.monotonic() - started >= 2.0
+    assert len(waits) >= 1 and sum(resolver.counters().requests.values()) == 6
