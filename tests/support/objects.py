@@ -4,11 +4,11 @@ controller reads or writes, with no validation beyond what a client can notice.
 * ``GET /api/v1/namespaces/{name}`` (cluster-scoped); tests create them with
   ``FakeApiServer.add_namespace``;
 * ``GET /api/v1/namespaces/{ns}/secrets/{name}``; tests create them with ``add_secret``;
-* ``/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]``: GET, LIST, POST, PUT
-  and DELETE. A PUT carrying ``metadata.resourceVersion`` is conditional (409 Conflict when
-  stale) and one without it is unconditional, because the lease strategy allows
-  unconditional updates (``AllowUnconditionalUpdate``, ``pkg/registry/coordination/lease/strategy.go``);
-  client-go's ``leaderelection`` always sends the version it read.
+* ``/apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]``: GET, LIST, POST, PUT,
+  PATCH (the three patch types) and DELETE. A write carrying ``metadata.resourceVersion`` is
+  conditional (409 Conflict when stale) and one without it is unconditional, because the
+  lease strategy allows unconditional updates (``AllowUnconditionalUpdate``,
+  ``pkg/registry/coordination/lease/strategy.go``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tests.support import patching
 from tests.support.apiserver import ApiError, status_body
 from tests.support.store import AlreadyExists, Conflict
 
@@ -27,7 +28,8 @@ LEASES = ["apis", "coordination.k8s.io", "v1", "namespaces"]
 LEASE = "leases.coordination.k8s.io"  # the store key: NotFound/Conflict texts name the group resource
 
 
-def _leases(server: FakeApiServer, method: str, namespace: str, rest: list[str], body: Any) -> tuple[int, Any]:
+def _leases(server: FakeApiServer, method: str, namespace: str, rest: list[str], body: Any,
+            content_type: str) -> tuple[int, Any]:
     store = server.store
     if not rest:
         if method == "GET":
@@ -52,14 +54,14 @@ def _leases(server: FakeApiServer, method: str, namespace: str, rest: list[str],
         return 200, store.get(LEASE, name, namespace)
     if method == "DELETE":
         return 200, store.delete(LEASE, name, namespace)
-    if method != "PUT" or not isinstance(body, dict):
+    if method not in ("PUT", "PATCH") or (method == "PUT" and not isinstance(body, dict)):
         raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
 
     def replace(current: dict[str, Any]) -> dict[str, Any]:
-        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        new = copy.deepcopy(body) if method == "PUT" else patching.apply(content_type, current, body)
+        wanted = (new.get("metadata") or {}).get("resourceVersion")
         if wanted not in (None, "") and str(wanted) != current["metadata"]["resourceVersion"]:
             raise Conflict(LEASE, name)
-        new = copy.deepcopy(body)
         new["kind"], new["apiVersion"] = "Lease", "coordination.k8s.io/v1"
         return new
 
@@ -71,9 +73,9 @@ def _leases(server: FakeApiServer, method: str, namespace: str, rest: list[str],
 
 def route(server: FakeApiServer, method: str, parts: list[str], query: Mapping[str, str], body: Any,
           content_type: str) -> tuple[int, Any] | None:
-    del query, content_type
+    del query
     if parts[:4] == LEASES and len(parts) >= 6 and parts[5] == "leases":
-        return _leases(server, method, parts[4], parts[6:], body)
+        return _leases(server, method, parts[4], parts[6:], body, content_type)
     if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 4 and method == "GET":
         return 200, server.store.get("namespaces", parts[3])
     if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 and parts[4] == "secrets" and method == "GET":

@@ -3,7 +3,8 @@ types) and PUT of ``/api/v1/namespaces/{ns}/pods/{name}``.
 
 Each behaviour and its source (kubernetes/kubernetes):
 
-* create: the strategy's ``PrepareForCreate`` (``pkg/registry/core/pod/strategy.go``, 008b3652)
+* create: system fields (uid, resourceVersion, creationTimestamp) are the server's
+  (apiserver ``rest.FillObjectMetaSystemFields``); the strategy's ``PrepareForCreate`` (``pkg/registry/core/pod/strategy.go``, 008b3652)
   resets ``status`` to ``phase: Pending``, sets ``metadata.generation: 1`` and, when the pod has
   scheduling gates, the condition ``PodScheduled=False`` reason ``SchedulingGated``
   (``applySchedulingGatedCondition``); then ``ValidatePodCreate`` (``pod_validation``);
@@ -95,8 +96,8 @@ def create(server: FakeApiServer, namespace: str, body: Any, dry_run: bool) -> t
         meta["name"] = server.generated_name(str(meta["generateName"]))
     if not meta.get("name"):
         raise invalid_error("Pod", "", [pod_validation.required("metadata.name", "name or generateName is required")])
-    for key in ("resourceVersion", "uid"):
-        meta.pop(key, None)
+    for key in ("resourceVersion", "uid", "creationTimestamp"):
+        meta.pop(key, None)  # FillObjectMetaSystemFields: the server sets them
     prepare_create(pod)
     causes = pod_validation.validate_create(pod)
     if causes:
