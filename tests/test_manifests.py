@@ -30,6 +30,11 @@ CHART = DEPLOY / "helm" / "node-feature-agent"
 MANIFESTS = [DAEMONSET, *sorted(DEPLOY.glob("*.yaml"))]
 #: oldest Kubernetes the manifests target (ValidatingAdmissionPolicy v1 is GA in 1.30) and the newest schema shipped
 SCHEMA_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+# kinds newer than the oldest version we support: checked against the first release serving them
+INTRODUCED = {("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy"): "1.34.0",
+              ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicyBinding"): "1.34.0",
+              ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "1.36.0",
+              ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): "1.36.0"}
 FIXTURE_CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
 FORBIDDEN_VERBS = {"update", "delete", "deletecollection", "escalate", "bind", "impersonate", "*"}
 #: the one host mount not under --host-root (udev mode only): libudev reads /run/udev in its own mount namespace
@@ -81,7 +86,8 @@ def test_every_object_is_valid_against_the_kubernetes_schema(path, version):
     docs = load(path)
     assert docs, f"{path} holds no objects"
     for doc in docs:
-        kubernetes_validate.validate(doc, version, strict=True)
+        first = INTRODUCED.get((doc["apiVersion"], doc["kind"]), "1.0.0")
+        kubernetes_validate.validate(doc, max(version, first, key=lambda v: tuple(map(int, v.split(".")))), strict=True)
 
 
 def test_schema_validation_can_fail():
@@ -394,10 +400,11 @@ def test_rbac_is_minimal():
 
 
 def test_bindings_point_at_the_agent_service_account():
-    (sa,) = objects("ServiceAccount")
-    assert POD["serviceAccountName"] == sa["metadata"]["name"]
+    (agent_sa,) = objects("ServiceAccount")
+    assert POD["serviceAccountName"] == agent_sa["metadata"]["name"]
     roles = {r["metadata"]["name"] for r in all_cluster_roles()}
     for path in MANIFESTS:
+        (sa,) = objects("ServiceAccount", path) or [agent_sa]  # a file with its own workload binds its own
         for binding in (d for d in load(path) if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
             assert binding["roleRef"]["name"] in roles
             assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}]
