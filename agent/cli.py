@@ -17,7 +17,7 @@ from agent import __version__
 from agent.logs import setup_logging
 from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args
 
-COMMANDS = ("discover", "plan", "explain", "explain-image", "validate", "apply", "clean", "run", "snapshot")
+COMMANDS = ("discover", "plan", "explain", "explain-image", "validate", "apply", "clean", "run", "snapshot", "placement")
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -4,6 +4,11 @@ Reads the ownership record on the Node (``node-feature-agent.io/owned-*``) and r
 labels, annotations, extended resources (capacity and allocatable) and taints, then the record
 itself. Exit status 0 when the node is clean, 1 otherwise (API unreachable, forbidden, node
 missing, or an item the server refused to remove).
+
+``clean --pods`` instead removes the placement controller's scheduling gate
+(``node-feature-agent.io/arch``) from every pod carrying it, cluster-wide: only that gate and
+its label, never another gate, never a pod (``agent/placement/clean.py``). Exit status 0 when
+no pod keeps our gate.
 """
 
 from __future__ import annotations
@@ -21,11 +26,33 @@ HELP = "remove every label, annotation, extended resource and taint this agent o
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     add_reconcile_arguments(parser)
+    parser.add_argument("--pods", action="store_true",
+                        help="instead: remove the architecture scheduling gate from every pod (placement uninstall); "
+                             "deletes nothing")
+
+
+def clean_pods(args: argparse.Namespace) -> int:
+    from agent.placement.clean import clean_pods as release_all
+    from agent.placement.kube import connect as connect_pods
+
+    result = release_all(connect_pods(args.kubeconfig or None))
+    if args.format == "json":
+        json.dump({"released": result.released, "failed": result.failed}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for key in result.released:
+            print(f"pod {key}: gate removed")
+        for key in result.failed:
+            print(f"pod {key}: gate NOT removed")
+        print(f"{len(result.released)} pod(s) released, {len(result.failed)} failed")
+    return 0 if not result.failed else 1
 
 
 def run(args: argparse.Namespace) -> int:
     from agent.reconcile import Reconciler
 
+    if args.pods:
+        return clean_pods(args)
     api = connect(args)
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events, max_attempts=max(1, args.retries))
     outcome = reconciler.clean()

@@ -1,0 +1,132 @@
+"""``placement``: the architecture-aware placement controller (the Deployment's command).
+
+Watches pods carrying the ``node-feature-agent.io/arch`` scheduling gate (added at admission),
+asks each image's registry which platforms it has, requires matching nodes and removes the
+gate; see ``agent/placement/controller.py``. Leader election on a Lease lets two replicas run
+(one acts). Optionally serves the mutating admission webhook for clusters without
+MutatingAdmissionPolicy (``--webhook-port`` with a TLS certificate). Serves /metrics,
+/healthz and /readyz on ``--metrics-port``. SIGTERM/SIGINT: hand the Lease back, stop, exit 0.
+Exit status: 1 setup failed (port in use, unreadable certificate, no cluster), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from agent.config import positive_float, positive_int
+
+HELP = "run the architecture-aware placement controller (removes the arch scheduling gate from pods)"
+
+log = logging.getLogger(__name__)
+
+
+def _port(text: str) -> int | None:
+    if text.lower() in ("off", "none"):
+        return None
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("port must be 0-65535, or off")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="kubeconfig file (default: in-cluster)")
+    parser.add_argument("--namespace", default=env("POD_NAMESPACE", "node-feature-agent"),
+                        help="the controller's own namespace: its Lease lives there and its pods are never gated")
+    parser.add_argument("--identity", default=env("POD_NAME", socket.gethostname()),
+                        help="leader-election identity (the pod name)")
+    parser.add_argument("--leader-elect", choices=("on", "off"), default="on",
+                        help="take the Lease before acting (off: this replica always acts; run one replica only)")
+    parser.add_argument("--lease-name", default="node-feature-agent-placement")
+    parser.add_argument("--lease-duration", type=positive_float, default=15.0, metavar="SECONDS")
+    parser.add_argument("--workers", type=positive_int, default=8, help="pods resolved at once")
+    parser.add_argument("--taint-mode", action="store_true",
+                        help="also tolerate node-feature-agent.io/arch=<arch>:NoSchedule for each allowed architecture")
+    parser.add_argument("--retry-window", type=positive_float, default=30.0, metavar="SECONDS",
+                        help="how long transient registry failures are retried before on-error applies")
+    parser.add_argument("--gate-deadline", type=positive_float, default=600.0, metavar="SECONDS",
+                        help="hard bound on a pod's time gated, counted from its creation")
+    parser.add_argument("--watchdog-interval", type=positive_float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--insecure-registry", action="append", default=[], metavar="HOST[:PORT]",
+                        help="reach this registry over plain HTTP (repeatable)")
+    parser.add_argument("--registry-ca-file", default="", help="PEM bundle trusted for registries instead of the system's")
+    parser.add_argument("--tag-ttl", type=positive_float, default=60.0, metavar="SECONDS",
+                        help="how long a tag's digest is trusted (0 for imagePullPolicy: Always)")
+    parser.add_argument("--registry-qps", type=positive_float, default=10.0, help="requests per second per registry")
+    parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT")
+    parser.add_argument("--webhook-port", type=_port, default=None, metavar="PORT",
+                        help="serve the mutating admission webhook on this port (needs --tls-cert-file/--tls-key-file)")
+    parser.add_argument("--tls-cert-file", default="")
+    parser.add_argument("--tls-key-file", default="")
+
+
+def _resolver(args: argparse.Namespace) -> Any:
+    from agent.images import Resolver, ResolverConfig
+
+    return Resolver(ResolverConfig(insecure_registries=frozenset(args.insecure_registry),
+                                   ca_file=args.registry_ca_file or None, tag_ttl=args.tag_ttl,
+                                   requests_per_second=args.registry_qps))
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.placement.controller import Controller, ControllerConfig
+    from agent.placement.kube import connect
+    from agent.placement.lease import LeaderElector
+    from agent.placement.metrics import PlacementMetrics
+    from agent.placement.policy import Bounds
+    from agent.placement.webhook import WebhookServer
+    from agent.runtime.health import HealthServer
+
+    if args.webhook_port is not None and not (args.tls_cert_file and args.tls_key_file):
+        log.error("--webhook-port needs --tls-cert-file and --tls-key-file")
+        return 2
+    api = connect(args.kubeconfig or None)
+    resolver = _resolver(args)
+    metrics = PlacementMetrics(resolver.counters)
+    elector = None
+    if args.leader_elect == "on":
+        elector = LeaderElector(api, args.namespace, args.lease_name, args.identity, lease_duration=args.lease_duration,
+                                renew_deadline=args.lease_duration * 2 / 3, retry_period=max(0.2, args.lease_duration / 7.5))
+    config = ControllerConfig(identity=args.identity, workers=args.workers, taint_mode=args.taint_mode,
+                              bounds=Bounds(retry_window=args.retry_window, deadline=args.gate_deadline),
+                              watchdog_interval=args.watchdog_interval)
+    controller = Controller(api, resolver, config, metrics, leading=elector.is_leader if elector else lambda: True)
+    servers: list[Any] = []
+    try:
+        if args.metrics_port is not None:
+            servers.append(HealthServer(args.metrics_port, metrics.render, lambda: (True, ""),
+                                        lambda: (controller.informer.synced.is_set(), "gated pods not listed yet")).start())
+        if args.webhook_port is not None:
+            servers.append(WebhookServer(args.webhook_port, args.tls_cert_file, args.tls_key_file, args.namespace).start())
+    except OSError as exc:
+        log.error("cannot serve: %s", exc)
+        for server in servers:
+            server.stop()
+        return 1
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    controller.start()
+    if elector is not None:
+        elector.start(controller.leadership)
+    else:
+        controller.leadership(True)
+    log.info("placement controller started", extra={"event": "started", "identity": args.identity})
+    try:
+        stop.wait()
+    finally:
+        if elector is not None:
+            elector.stop(release=True)
+        controller.stop()
+        for server in servers:
+            server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("placement controller stopped", extra={"event": "stopped"})
+    return 0

@@ -1,0 +1,98 @@
+"""The Kubernetes calls the placement controller makes, as JSON in and out.
+
+Built on ``LightCoreV1Api`` (the official client's ``ApiClient``: same auth, TLS, proxies
+and connection pool as the generated API classes, without importing them; see
+``agent/runtime/light_core.py`` for why). Every method returns the decoded JSON object or
+raises ``kubernetes.client.exceptions.ApiException`` with the server's status.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from agent.runtime.light_core import LightCoreV1Api
+
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+MAX_WATCH_LINE = 16 * 1024 * 1024
+
+
+def _json(response: Any) -> Json:
+    data = json.loads(response.data)
+    if not isinstance(data, dict):
+        raise TypeError("the API server answered with something other than a JSON object")
+    return data
+
+
+class PlacementApi(LightCoreV1Api):
+    """Pods, namespaces, secrets, events and leases."""
+
+    def list_pods(self, label_selector: str = "", limit: int = 0, continue_token: str = "", timeout: float = 60.0) -> Json:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        if limit:
+            query.append(("limit", str(limit)))
+        if continue_token:
+            query.append(("continue", continue_token))
+        return _json(self._call("GET", "/api/v1/pods", query=query, _request_timeout=timeout))
+
+    def watch_pods(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Iterator[Json]:
+        """The watch's events, decoded, until the server ends it (``timeout_seconds``)."""
+        query = [("labelSelector", label_selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("resourceVersion", resource_version), ("timeoutSeconds", str(timeout_seconds))]
+        response = self._call("GET", "/api/v1/pods", query=query, _request_timeout=(10.0, timeout_seconds + 30.0))
+        try:
+            buffer = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                if len(buffer) > MAX_WATCH_LINE:
+                    raise ValueError("watch event larger than 16 MiB")
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        if isinstance(event, dict):
+                            yield event
+        finally:
+            response.release_conn()
+
+    def get_pod(self, namespace: str, name: str) -> Json:
+        return _json(self._call("GET", "/api/v1/namespaces/{namespace}/pods/{name}",
+                                {"namespace": namespace, "name": name}))
+
+    def patch_pod(self, namespace: str, name: str, body: Json) -> Json:
+        return _json(self._call("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}",
+                                {"namespace": namespace, "name": name}, body=body, content_type=MERGE_PATCH))
+
+    def get_namespace(self, name: str) -> Json:
+        return _json(self._call("GET", "/api/v1/namespaces/{name}", {"name": name}))
+
+    def get_secret(self, namespace: str, name: str) -> Json:
+        return _json(self._call("GET", "/api/v1/namespaces/{namespace}/secrets/{name}",
+                                {"namespace": namespace, "name": name}))
+
+    def create_event(self, namespace: str, body: Json) -> Json:
+        return _json(self._call("POST", "/api/v1/namespaces/{namespace}/events", {"namespace": namespace}, body=body))
+
+    def get_lease(self, namespace: str, name: str) -> Json:
+        return _json(self._call("GET", LEASES + "/{name}", {"namespace": namespace, "name": name}))
+
+    def create_lease(self, namespace: str, body: Json) -> Json:
+        return _json(self._call("POST", LEASES, {"namespace": namespace}, body=body))
+
+    def patch_lease(self, namespace: str, name: str, body: Json) -> Json:
+        """A merge patch; with ``metadata.resourceVersion`` in it, conditional (409 when stale)."""
+        return _json(self._call("PATCH", LEASES + "/{name}", {"namespace": namespace, "name": name}, body=body,
+                                content_type=MERGE_PATCH))
+
+
+def connect(kubeconfig: str | None) -> PlacementApi:
+    """From a kubeconfig file, or the in-cluster service account when it is empty (the node
+    agent's ``load_configuration``: urllib3 retries off, the controller retries itself)."""
+    from kubernetes.client.api_client import ApiClient
+
+    from agent.reconcile.node_api import load_configuration
+
+    return PlacementApi(ApiClient(load_configuration(kubeconfig)))
