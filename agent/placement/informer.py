@@ -11,12 +11,14 @@ Every ADDED/MODIFIED/DELETED and every relisted pod is handed to ``on_change(key
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from agent.placement.kube import PlacementApi
+from agent.runtime.node_watch import WatchExpired, consume
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -26,10 +28,6 @@ WATCH_SECONDS = 300
 def pod_key(pod: Json) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-class WatchExpired(Exception):
-    pass
 
 
 class PodInformer:
@@ -106,25 +104,26 @@ class PodInformer:
         self.on_synced()
 
     def _watch(self) -> None:
-        for event in self.api.watch_pods(self.selector, self._rv, WATCH_SECONDS):
-            if self._stop.is_set():
-                return
-            kind, obj = event.get("type"), event.get("object")
-            if not isinstance(obj, dict):
-                continue
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise WatchExpired()
-                raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message', '')}")
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-            with self._lock:
-                self._rv = rv or self._rv
-            if kind == "BOOKMARK":
-                continue
-            key = pod_key(obj)
-            with self._lock:
-                if kind == "DELETED":
-                    self._pods.pop(key, None)
-                else:
-                    self._pods[key] = obj
-            self.on_change(key, None if kind == "DELETED" else obj)
+        consume(self.api.watch_pods(self.selector, self._rv, WATCH_SECONDS), self._stop, self._event)
+
+    def _event(self, line: bytes) -> None:
+        event = json.loads(line)
+        kind, obj = event.get("type"), event.get("object")
+        if not isinstance(obj, dict):
+            return
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchExpired()
+            raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message', '')}")
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        with self._lock:
+            self._rv = rv or self._rv
+        if kind == "BOOKMARK":
+            return
+        key = pod_key(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = obj
+        self.on_change(key, None if kind == "DELETED" else obj)

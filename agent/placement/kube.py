@@ -9,7 +9,6 @@ raises ``kubernetes.client.exceptions.ApiException`` with the server's status.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from agent.runtime.light_core import LightCoreV1Api
@@ -17,7 +16,6 @@ from agent.runtime.light_core import LightCoreV1Api
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-MAX_WATCH_LINE = 16 * 1024 * 1024
 
 
 def _json(response: Any) -> Json:
@@ -38,25 +36,11 @@ class PlacementApi(LightCoreV1Api):
             query.append(("continue", continue_token))
         return _json(self._call("GET", "/api/v1/pods", query=query, _request_timeout=timeout))
 
-    def watch_pods(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Iterator[Json]:
-        """The watch's events, decoded, until the server ends it (``timeout_seconds``)."""
+    def watch_pods(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Any:
+        """The open watch response (read it with ``agent.runtime.node_watch.consume``)."""
         query = [("labelSelector", label_selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
                  ("resourceVersion", resource_version), ("timeoutSeconds", str(timeout_seconds))]
-        response = self._call("GET", "/api/v1/pods", query=query, _request_timeout=(10.0, timeout_seconds + 30.0))
-        try:
-            buffer = b""
-            for chunk in response.stream(amt=None, decode_content=False):
-                buffer += chunk
-                if len(buffer) > MAX_WATCH_LINE:
-                    raise ValueError("watch event larger than 16 MiB")
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        event = json.loads(line)
-                        if isinstance(event, dict):
-                            yield event
-        finally:
-            response.release_conn()
+        return self._call("GET", "/api/v1/pods", query=query, _request_timeout=(10.0, timeout_seconds + 30.0))
 
     def get_pod(self, namespace: str, name: str) -> Json:
         return _json(self._call("GET", "/api/v1/namespaces/{namespace}/pods/{name}",
