@@ -11,7 +11,7 @@ import re
 from fractions import Fraction
 
 _QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
 #: bounds that keep a hostile value from the Node cheap to reject: ``1e10000000`` would
 #: otherwise build a ten-million-digit integer. Kubernetes itself caps quantities at
 #: int64 scale (about 9.2e18), far inside these.
@@ -34,7 +34,7 @@ def parse_quantity(text: object) -> Fraction | None:
     number, suffix = match.group(1), match.group(2) or ""
     value = Fraction(number)
     if suffix in _BINARY:
-        return value * (1024 ** _BINARY[suffix])
+        return value * _BINARY[suffix]
     if suffix in _DECIMAL:
         return value * (Fraction(10) ** _DECIMAL[suffix])
     if suffix:

@@ -56,14 +56,14 @@ def requirement_matches(expression: Any, values_by_key: Mapping[str, str]) -> bo
         if values:
             raise _Unknown(f"{operator} takes no values")
         return present if operator == "Exists" else not present
-    if len(values) != 1 or _as_int(values[0]) is None:
+    bound = _as_int(values[0]) if len(values) == 1 else None
+    if bound is None:
         raise _Unknown(f"{operator} needs one integer value")
     if not present:
         return False
     number = _as_int(value)
     if number is None:
         return False
-    bound = _as_int(values[0])
     return number > bound if operator == "Gt" else number < bound
 
 

@@ -27,7 +27,7 @@ def limit_malloc_arenas(arenas: int = 1) -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return mallopt(M_ARENA_MAX, arenas) == 1
+    return bool(mallopt(M_ARENA_MAX, arenas) == 1)  # ctypes answers an untyped int
 
 
 def freeze_startup_heap() -> int:

@@ -83,7 +83,9 @@ class RulesState:
                  loader: Callable[..., Any] | None = None,
                  on_rejected: Callable[[str], None] | None = None) -> None:
         if loader is None:
-            from agent.rules import load_catalogue as loader
+            from agent.rules import load_catalogue
+
+            loader = load_catalogue
         self.dirs = list(dirs)
         self.options = options
         self._loader = loader
