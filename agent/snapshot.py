@@ -267,7 +267,9 @@ def _write_live_facts(host: RecordingHostFS, writer: _TreeWriter, sources: Itera
         return
     if LIVE_FACTS_PATH in host.contents:
         return  # the host itself carried recorded facts and the cpu source read them
-    facts = live_cpu_facts()
+    from agent.sources.cpu_arm32 import snapshot_facts
+
+    facts = {**live_cpu_facts(), **snapshot_facts(host)}
     writer.write(_normalise(LIVE_FACTS_PATH), (json.dumps(facts, indent=2, sort_keys=True) + "\n").encode())
 
 

@@ -21,6 +21,7 @@ from typing import Mapping
 
 from agent.features import ElementNames, Feature, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
+from agent.sources.cpu_arm32 import arm32_attributes
 from agent.sources.cpu_config import Config
 from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo_bytes
 from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
@@ -43,6 +44,7 @@ FEATURES: Mapping[str, ElementNames] = {
     "sst": frozenset({"bf.enabled"}),  # NFD's; never discovered here (see above), declared so its rules validate
     "topology": frozenset({"hardware_multithreading", "socket_count"}),
     "coprocessor": frozenset({"nx_gzip"}),
+    "arm32": frozenset({"variant"}),  # ours: agent.sources.cpu_arm32
 }
 """The features this source can produce and their element names (``agent.features.ElementNames``)."""
 __all__ = ["NAME", "discover", "LIVE_FACTS_PATH", "live_cpu_facts"]
@@ -110,6 +112,11 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
                 continue
             else:
                 _put(labels, origins, f"{name}.{key}", value, path)
+    arm32, arm32_origin = arm32_attributes(probe, block, origin)
+    if arm32 is None:
+        undetermined["arm32"] = ()
+    elif arm32:
+        features["arm32"] = Feature(attributes=arm32, origin=arm32_origin)
     return SourceResult(NAME, features, labels, probe.errors, origins, undetermined)
 
 

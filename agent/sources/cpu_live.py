@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 LIVE_FACTS_PATH = "/.node-feature-agent/cpu-live.json"
 """Host path (inside a host root) of recorded live-only CPU facts, written by ``snapshot``."""
 
-_FACT_TYPES: dict[str, type] = {"arch": str, "vendor_id": str, "family": int, "model": int, "flags": list}
+_FACT_TYPES: dict[str, type] = {"arch": str, "vendor_id": str, "family": int, "model": int, "flags": list,
+                               "aarch32_el0": bool}  # agent.sources.cpu_arm32
 
 _lock = threading.Lock()
 _cached: dict[str, Any] | None = None
@@ -84,7 +85,7 @@ def recorded_facts(host: HostFS) -> dict[str, Any] | None:
         if key not in data:
             continue
         value = data[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise LiveFactsError(f"{key!r} is {type(value).__name__}, expected {kind.__name__}")
         if kind is list and not all(isinstance(f, str) for f in value):
             raise LiveFactsError(f"{key!r} must be a list of strings")

@@ -40,7 +40,7 @@ def kernel_file(host: HostFS, path: str, max_bytes: int) -> tuple[bytes | None, 
     """
     if host.exists(path):
         return host.read_bytes(path, max_bytes), path
-    if not host.is_live and _host_root_is_this_kernel(host):
+    if not host.is_live and host_root_is_this_kernel(host):
         try:
             with open(path, "rb") as own:
                 return own.read(max_bytes), f"{path} (own /proc)"
@@ -51,7 +51,8 @@ def kernel_file(host: HostFS, path: str, max_bytes: int) -> tuple[bytes | None, 
     return None, path
 
 
-def _host_root_is_this_kernel(host: HostFS) -> bool:
+def host_root_is_this_kernel(host: HostFS) -> bool:
+    """Whether the host root's ``/proc`` is the procfs of the kernel this process runs on."""
     try:
         return os.stat(host.real_path("/proc/cpuinfo")).st_size == 0  # procfs files report 0
     except (OSError, HostFileError):
