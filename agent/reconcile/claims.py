@@ -10,18 +10,22 @@ its current policy; everything else is dropped from the record and reported
 
 And the record can vanish (deleted by hand, a restore from backup): then the agent adopts the
 items it wants that are already on the Node with exactly the wanted value and writes the record
-back (``OwnershipRecordRebuilt``), so unplugging a device later still removes its labels.
+back (``OwnershipRecordRebuilt``), so unplugging a device later still removes its labels. Items
+Node Feature Discovery lists in its own record are NFD's and never adopted (see ``nfd_owned``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from agent.desired import OWNERSHIP_ANNOTATIONS, DesiredNodeState
 from agent.k8s_validation import reserved_namespace_problem
 from agent.reconcile.ownership import Ownership
 from agent.reconcile.quantity import canonical_count
+
+if TYPE_CHECKING:
+    from agent.reconcile.model import LiveNode
 
 KeyProblem = Callable[[str], "str | None"]
 
@@ -93,37 +97,71 @@ def record_missing(annotations: Mapping[str, str]) -> bool:
     return not any(name in annotations for name in OWNERSHIP_ANNOTATIONS)
 
 
-def adopt_matching(claims: CheckedClaims, live, desired: DesiredNodeState, policy: ClaimPolicy) -> CheckedClaims:
+#: Node Feature Discovery's record of what nfd-master wrote (NFD ``api/nfd/v1alpha1/annotations_labels.go``):
+#: comma-separated names, ``feature.node.kubernetes.io/`` left out of those in that namespace
+#: (``pkg/nfd-master/nfd-master.go`` ``updateNodeObject``); with ``-instance=NAME`` the
+#: annotation names start with ``NAME.``
+NFD_RECORDS = {"label": "nfd.node.kubernetes.io/feature-labels",
+               "extended resource": "nfd.node.kubernetes.io/extended-resources",
+               "annotation": "nfd.node.kubernetes.io/feature-annotations"}
+NFD_NAMESPACE = "feature.node.kubernetes.io"
+#: taints as ``key=value:Effect`` / ``key:Effect``; the same name whatever the instance (NFD's setTaints)
+NFD_TAINTS = "nfd.node.kubernetes.io/taints"
+
+
+def nfd_owned(annotations: Mapping[str, str], kind: str) -> frozenset[str]:
+    """The ``kind`` names NFD's record on this Node lists (every NFD instance's), in full."""
+    record = NFD_RECORDS[kind]
+    names: set[str] = set()
+    for key, value in annotations.items():
+        if key == record or key.endswith("." + record):
+            names.update(n if "/" in n else f"{NFD_NAMESPACE}/{n}" for n in (p.strip() for p in value.split(",")) if n)
+    return frozenset(names)
+
+
+def nfd_owned_taints(annotations: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """(key, effect) of every taint NFD's record lists."""
+    entries = (e.strip() for e in annotations.get(NFD_TAINTS, "").split(","))
+    return frozenset((e.rpartition(":")[0].partition("=")[0], e.rpartition(":")[2]) for e in entries if ":" in e)
+
+
+def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeState, policy: ClaimPolicy) -> CheckedClaims:
     """With the record missing or damaged: claim the wanted items already on the Node with
-    exactly the wanted value (what the agent manages now), so the record is written back.
-    ``live`` is a ``LiveNode``."""
+    exactly the wanted value (what the agent manages now), so the record is written back;
+    never what NFD's record lists (NFD wrote it and removes it; a first contact with a Node NFD
+    labels has no record either)."""
     owned = claims.ownership
     adopted: list[str] = []
     labels = set(owned.labels)
+    nfd_labels = nfd_owned(live.annotations, "label")
     for key, value in desired.labels.items():
-        if key not in labels and live.labels.get(key) == value and not _why_not(key, policy):
+        if key not in labels and key not in nfd_labels and live.labels.get(key) == value and not _why_not(key, policy):
             labels.add(key)
             adopted.append(f"label {key}")
     annotations = set(owned.annotations)
+    nfd_annotations = nfd_owned(live.annotations, "annotation")
     for key, value in desired.annotations.items():
-        if (key not in annotations and key not in OWNERSHIP_ANNOTATIONS and live.annotations.get(key) == str(value)
+        if (key not in annotations and key not in OWNERSHIP_ANNOTATIONS and key not in nfd_annotations
+                and live.annotations.get(key) == str(value)
                 and not _why_not(key, policy)):
             annotations.add(key)
             adopted.append(f"annotation {key}")
     resources = set(owned.resources)
+    nfd_resources = nfd_owned(live.annotations, "extended resource")
     capacity = getattr(live, "capacity", {}) or {}
     for name, quantity in desired.extended_resources.items():
         have = capacity.get(name)
-        if (name not in resources and have is not None and canonical_count(str(have)) is not None
+        if (name not in resources and name not in nfd_resources and have is not None and canonical_count(str(have)) is not None
                 and canonical_count(str(have)) == canonical_count(str(quantity))
                 and not _why_not(name, policy)):
             resources.add(name)
             adopted.append(f"extended resource {name}")
     taints = set(owned.taints)
-    live_taints = {(t.get("key"), t.get("effect")): t for t in live.taints if isinstance(t, Mapping)}
+    live_taints = {(t.get("key"), t.get("effect")): t for t in live.taints}
+    nfd_taints = nfd_owned_taints(live.annotations)
     for taint in desired.taints:
         found = live_taints.get(taint.identity)
-        if taint.identity not in taints and found is not None and (found.get("value") or "") == (taint.value or ""):
+        if taint.identity not in taints and taint.identity not in nfd_taints and found is not None and (found.get("value") or "") == (taint.value or ""):
             taints.add(taint.identity)
             adopted.append(f"taint {taint.to_string()}")
     ownership = replace(owned, labels=frozenset(labels), annotations=frozenset(annotations),
