@@ -1,0 +1,193 @@
+"""The Helm chart, rendered by a real Helm engine (deploy/render_chart.py in the Python >= 3.12
+side environment ``.venv-helm`` that ``.ci/run`` makes) for the default values and a matrix of
+non-default ones; every object of every render is checked with ``kubernetes-validate`` against
+each supported Kubernetes version's schema, and the rendered args with the agent's own parser.
+
+The supported versions are one statement, checked here: the oldest version whose schema
+accepts daemonset.yaml and every render is the chart's ``kubeVersion`` floor and the version
+README.md and deploy/README.md name, and the version before it does not accept them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import all_versions
+
+from agent.cli import build_parser
+from agent.runtime.event_sources import MODES
+from tests.conftest import REPO
+from tests.test_manifests import FLOOR, INTRODUCED, SCHEMA_VERSIONS
+
+CHART = REPO / "deploy" / "helm" / "node-feature-agent"
+HELM_PYTHON = Path(os.environ.get("NFA_HELM_PYTHON", REPO / ".venv-helm" / "bin" / "python"))
+SUPPORTED = SCHEMA_VERSIONS
+ALL_VERSIONS = sorted(set(all_versions()), key=lambda v: tuple(map(int, v.split("."))))
+BELOW_FLOOR = ALL_VERSIONS[ALL_VERSIONS.index(FLOOR) - 1]
+
+CASES: dict[str, dict[str, Any]] = {
+    "default": {},
+    **{f"udev-mode-{mode}": {"udev": {"mode": mode}} for mode in MODES},
+    "poll-interval": {"udev": {"mode": "poll"}, "pollInterval": 2.5, "resyncInterval": 120},
+    "device-plugin": {"devicePlugin": {"enabled": True, "hostDir": "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"}},
+    "pod-guard-evict": {"podGuard": {"enabled": True, "evictOrphans": True}},
+    "no-admission-policy": {"admissionPolicy": {"enabled": False}},
+    "own-catalogue-only": {"catalogue": {"builtin": False, "extraRules": {
+        "accelerators/npu": "feature.node.kubernetes.io/pci-1200_1e60.present\nvendor.example.com/npu\n"}}},
+    "worker-config": {"workerConfig": {"core": {"labelWhiteList": "^(pci|usb)"},
+                                       "sources": {"pci": {"deviceClassWhitelist": ["0200", "03"]}}}},
+    "proc-config-gz": {"hostProcConfigGz": True},
+    "scheduling": {"nodeSelector": {"kubernetes.io/os": "linux"}, "priorityClassName": "",
+                   "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "imagePullSecrets": [{"name": "regcred"}], "podAnnotations": {"example.com/team": "edge"},
+                   "image": {"repository": "registry.example.com/nfa", "tag": "0.1.0-rc1"}},
+    "extra-args": {"metricsPort": 9108, "globalArgs": ["--log-level=debug"], "extraArgs": ["--startup-jitter=0"],
+                   "startupTaints": []},
+    **{f"placement-{admission}": {"placement": {"enabled": True, "admission": admission}}
+       for admission in ("policy", "policy-v1beta1", "webhook", "none")},
+    "bad-udev-mode": {"udev": {"mode": "inject:/run/x.sock"}},
+}
+
+
+@pytest.fixture(scope="module")
+def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    assert HELM_PYTHON.exists(), (
+        f"{HELM_PYTHON}: no Helm engine. `bash .ci/run` makes it; by hand: "
+        "python3.12 -m venv .venv-helm && .venv-helm/bin/pip install helm-python-sdk")
+    cases = tmp_path_factory.mktemp("helm") / "cases.json"
+    cases.write_text(json.dumps(CASES))
+    done = subprocess.run([str(HELM_PYTHON), str(REPO / "deploy" / "render_chart.py"), "--cases", str(cases)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, dict[str, Any]] = json.loads(done.stdout)
+    return result
+
+
+def objects(render: dict[str, Any]) -> list[dict[str, Any]]:
+    assert "error" not in render, render.get("error")
+    docs = [d for path, text in render["manifests"].items() if path.endswith(".yaml")
+            for d in yaml.safe_load_all(text) if d]
+    assert docs
+    return docs
+
+
+def daemonset(render: dict[str, Any]) -> dict[str, Any]:
+    (ds,) = [d for d in objects(render) if d["kind"] == "DaemonSet"]
+    return ds
+
+
+def container(render: dict[str, Any]) -> dict[str, Any]:
+    (agent,) = daemonset(render)["spec"]["template"]["spec"]["containers"]
+    return agent
+
+
+def valid_in(docs: list[dict[str, Any]], version: str) -> list[str]:
+    """The problems kubernetes-validate finds in ``docs`` for ``version`` (a kind without a
+    schema there is a problem: that API does not exist in that version); a kind in
+    ``INTRODUCED`` is checked against the later of ``version`` and its first release."""
+    problems = []
+    for doc in docs:
+        # a kind newer than the floor (placement's MutatingAdmissionPolicy) from its first release on
+        first = INTRODUCED.get((doc["apiVersion"], doc["kind"]), FLOOR)
+        try:
+            kubernetes_validate.validate(doc, max(version, first, key=lambda v: tuple(map(int, v.split(".")))), strict=True)
+        except kubernetes_validate.utils.SchemaNotFoundError:
+            problems.append(f"{doc['kind']} {doc['apiVersion']}: no such API")
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{doc['kind']}: {exc.message}")
+    return problems
+
+
+RENDERED = [name for name in CASES if not name.startswith("bad-")]
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+@pytest.mark.parametrize("case", RENDERED)
+def test_every_render_is_valid_in_every_supported_version(renders, case, version):
+    assert valid_in(objects(renders[case]), version) == []
+
+
+@pytest.mark.parametrize("case", RENDERED)
+def test_rendered_args_parse_with_the_agent_cli(renders, case):
+    args = build_parser().parse_args(container(renders[case])["args"])
+    assert args.command == "run" and args.host_root == "/host"
+    values = CASES[case]
+    assert args.udev_mode == values.get("udev", {}).get("mode", "kernel")
+    assert args.poll_interval == values.get("pollInterval", 5)
+    assert args.resync_interval == values.get("resyncInterval", 600)
+    assert args.metrics_port == values.get("metricsPort", 8080)
+
+
+def test_the_chart_accepts_every_udev_mode_the_cli_accepts_and_refuses_others(renders):
+    for mode in MODES:
+        ds = daemonset(renders[f"udev-mode-{mode}"])
+        assert f"--udev-mode={mode}" in container(renders[f"udev-mode-{mode}"])["args"]
+        assert ds["spec"]["template"]["spec"]["hostNetwork"] is (mode == "udev")
+    # inject:<socket> is the CLI's test interface (a socket a test binds), not a way to deploy
+    assert "udev.mode must be kernel, udev, poll or off" in renders["bad-udev-mode"]["error"]
+
+
+def test_every_interval_the_chart_documents_is_a_value():
+    values_text = (CHART / "values.yaml").read_text()
+    values = yaml.safe_load(values_text)
+    assert values["pollInterval"] == 5 and values["resyncInterval"] == 600
+    assert "rescan every resyncInterval" not in values_text  # poll mode lists devices every pollInterval
+
+
+def test_device_plugin_render_mounts_its_host_dir_read_write(renders):
+    render = renders["device-plugin"]
+    pod = daemonset(render)["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v.get("hostPath", {}).get("path", "").endswith("device-plugins")]
+    assert volume["hostPath"]["path"] == CASES["device-plugin"]["devicePlugin"]["hostDir"]
+    (mount,) = [m for m in container(render)["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["mountPath"] == "/var/lib/kubelet/device-plugins" and not mount.get("readOnly")
+    assert "--device-plugin=on" in container(render)["args"]
+
+
+def test_optional_objects_render_only_when_asked(renders):
+    kinds = {case: sorted(d["kind"] for d in objects(renders[case])) for case in ("default", "no-admission-policy", "pod-guard-evict")}
+    assert "ValidatingAdmissionPolicy" in kinds["default"]
+    assert "ValidatingAdmissionPolicy" not in kinds["no-admission-policy"]
+    assert kinds["pod-guard-evict"].count("ClusterRole") == kinds["default"].count("ClusterRole") + 1
+
+
+def test_the_default_render_runs_the_pod_daemonset_yaml_runs(renders):
+    """The chart's default DaemonSet and the plain manifest describe the same container: the
+    same security, probes, resources and host mounts (the chart adds its extra-rules ConfigMap
+    and takes the catalogue from the image instead of a ConfigMap)."""
+    (plain_ds,) = [d for d in yaml.safe_load_all((REPO / "daemonset.yaml").read_text()) if d and d["kind"] == "DaemonSet"]
+    plain_pod, chart_pod = plain_ds["spec"]["template"]["spec"], daemonset(renders["default"])["spec"]["template"]["spec"]
+    (plain,) = plain_pod["containers"]
+    chart = container(renders["default"])
+    for key in ("securityContext", "livenessProbe", "readinessProbe", "resources", "ports"):
+        assert chart[key] == plain[key], key
+    for key in ("securityContext", "hostNetwork", "tolerations", "priorityClassName"):
+        assert chart_pod[key] == plain_pod[key], key
+
+    def host_mounts(pod: dict[str, Any], agent: dict[str, Any]) -> dict[str, tuple[str, str, Any]]:
+        volumes = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+        return {volumes[m["name"]]["path"]: (m["mountPath"], volumes[m["name"]].get("type", ""), m.get("recursiveReadOnly"))
+                for m in agent["volumeMounts"] if m["name"] in volumes}
+
+    assert host_mounts(chart_pod, chart) == host_mounts(plain_pod, plain)
+
+
+def test_supported_versions_are_one_statement(renders):
+    plain = [d for d in yaml.safe_load_all((REPO / "daemonset.yaml").read_text()) if d]
+    everything = plain + [d for case in RENDERED for d in objects(renders[case])]
+    assert valid_in(everything, FLOOR) == []
+    assert valid_in(plain, BELOW_FLOOR), f"daemonset.yaml validates in {BELOW_FLOOR}: the floor {FLOOR} is too high"
+    floor = ".".join(FLOOR.split(".")[:2])
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={FLOOR}-0"
+    for doc in (REPO / "README.md", REPO / "deploy" / "README.md"):
+        stated = set(re.findall(r"Kubernetes\s+(1\.\d+)\s+or\s+newer", doc.read_text()))
+        assert stated == {floor}, f"{doc.name} states {stated or 'no supported version'}, not {floor}"
