@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# Build the image and run it exactly as daemonset.yaml does, on this host (see
-# deploy/smoke_image.py for what is checked).  Needs root, Debian's docker.io and mmdebstrap
-# (installed here if missing) and the project's venv (.venv, from the README's set-up).
-# Not part of CI: too heavy, and CI machines have no Docker engine.
+# Build the shipped Dockerfile and prove the image in a real container (see deploy/smoke_image.py
+# for what is checked). Needs root, Debian's docker.io, mmdebstrap and, for foreign platforms,
+# qemu-user-static registered with binfmt (all installed here if missing), and the project's
+# venv (.venv, from the README's set-up). CI runs it for its own platform (.ci/run); the foreign
+# platforms are run by hand before a release (deploy/README.md "The image").
 #
-#   sudo deploy/smoke-image.sh                 # PASS/FAIL per check, exit 1 on any FAIL
-#   sudo deploy/smoke-image.sh --rebuild-base  # make the Debian base image again
+#   sudo deploy/smoke-image.sh                                  # this machine's platform
+#   sudo deploy/smoke-image.sh --platform linux/arm64 --platform linux/arm/v7
+#   sudo deploy/smoke-image.sh --rebuild-base                   # make the Debian bases again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io mmdebstrap >/dev/null
+if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null || ! command -v update-binfmts >/dev/null \
+    || [ ! -e /usr/libexec/qemu-binfmt ]; then
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io mmdebstrap qemu-user-static binfmt-support >/dev/null
 fi
+# foreign binaries (a linux/arm64 or linux/arm/v7 build) run through qemu-user-static
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+update-binfmts --enable >/dev/null 2>&1 || true
 if ! /usr/bin/docker info >/dev/null 2>&1; then
   # no bridge and no iptables: the sandbox allows neither; the smoke run uses host networking
   dockerd --iptables=false --bridge=none >/tmp/nfa-smoke-dockerd.log 2>&1 &

@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Prove the hardening in a real container (run by deploy/smoke-image.sh; not in CI: it needs
-a Docker engine, root and a few minutes).
+"""Build the shipped Dockerfile and prove the image in a real container (run by
+deploy/smoke-image.sh, in CI for the CI machine's platform; it needs a Docker engine and root;
+deploy/README.md "The image").
 
-1. base image: no registry is reachable here, so one is made from Debian packages
-   (``mmdebstrap``, the host's suite, python3 + pip + libudev1 + the host's CA bundle for pip)
-   and imported; real builds keep the Dockerfile's official base;
-2. the image: the repository's own Dockerfile, ``--build-arg BASE_IMAGE=<that base>``;
-3. the container runs exactly as daemonset.yaml says (deploy/smoke_flags.py reads UID,
-   read-only root, dropped capabilities, no-new-privileges, mounts, env, args from it) and
-   the script checks inside that it really is so (uid, CapEff, NoNewPrivs, writes refused);
-4. ``discover`` in the container against the host mounts vs ``discover`` on the host itself;
-5. ``run`` in the container against the in-repo API server with a Node named after this
-   host: the Node gets its labels, ``/healthz`` and ``/readyz`` answer, SIGTERM (docker stop)
-   ends it promptly with exit 0 and no traceback.
+For each ``--platform`` (default: this machine's):
+
+1. base and image: deploy/smoke_build.py makes ``debian:bookworm-slim`` by its recipe with
+   ``mmdebstrap`` and builds the repository's Dockerfile on it (a foreign platform under
+   qemu-user-static); the build time and the image's size (unpacked, and ``docker save | gzip``)
+   are printed; amd64 must stay within 80 MB compressed;
+2. this machine's platform, run exactly as daemonset.yaml says (deploy/smoke_flags.py reads
+   UID, read-only root, dropped capabilities, no-new-privileges, mounts, env, args from it):
+   the restrictions hold inside (uid, CapEff, NoNewPrivs, writes refused); ``discover`` in the
+   container matches ``discover`` on the host; ``run`` against the in-repo API server labels a
+   Node named after this host (container start -> Node labelled is printed), ``/healthz`` and
+   ``/readyz`` answer, SIGTERM ends it with exit 0; ``apply``, ``clean``, ``plan``,
+   ``explain``, ``validate`` and ``snapshot`` run in the image too;
+3. a foreign platform: ``discover`` and ``plan`` on the recorded boards of its architecture,
+   inside the image under qemu, give exactly the host's answers.
 
 Prints one PASS/FAIL line per check and exits 1 if any failed.
 """
@@ -22,25 +27,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from deploy.smoke_flags import ManifestError, docker_run  # noqa: E402
+from deploy.smoke_build import (DOCKER, PLATFORMS, BuildFailed, Platform, build_base, build_image,  # noqa: E402
+                                host_platform, image_size, image_tag)
+from deploy.smoke_flags import DockerRun, ManifestError, docker_run  # noqa: E402
 from tests.support.apiserver import FakeApiServer  # noqa: E402
 
-DOCKER = os.environ.get("DOCKER", "/usr/bin/docker")  # Debian's docker.io client: BuildKit without buildx
-BASE = "nfa-smoke-base:{suite}"
-IMAGE = "node-feature-agent:smoke"
 KUBECONFIG_IN_POD = "/var/run/node-feature-agent/kubeconfig"
+#: amd64, docker save | gzip (issue 28's target; the figure of record is in deploy/README.md)
+COMPRESSED_LIMIT = 80_000_000
+#: recorded boards (fixtures/sysfs/*/README.md) per Debian architecture, replayed in the foreign image
+BOARDS = {"arm64": ("raspberry-pi-4-recorded", "jetson-nano-l4t-recorded", "coral-devboard-vendor-recorded",
+                    "lscpu-arm-A510-A710-A715-X3"),
+          "armhf": ("lscpu-armv7", "raspberry-pi-4-recorded")}
+FIXTURE = REPO / "fixtures" / "sysfs" / "coral-usb"
 RESULTS: list[tuple[bool, str]] = []
 
 
@@ -50,74 +61,42 @@ def check(ok: bool, what: str) -> bool:
     return ok
 
 
-def sh(*cmd: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, text=True, capture_output=True, **kw)
+def sh(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, text=True, capture_output=True, cwd=cwd, check=False)
 
 
-def host_suite() -> str:
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip('"')
-    raise SystemExit("cannot tell the host's Debian suite from /etc/os-release")
-
-
-def build_base(tmp: Path, suite: str, rebuild: bool) -> str:
-    tag = BASE.format(suite=suite)
-    if not rebuild and sh(DOCKER, "image", "inspect", tag).returncode == 0:
-        return tag
-    tar = tmp / "base.tar"
-    ca = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
-    done = sh("mmdebstrap", "--variant=minbase", "--include=python3,python3-pip,ca-certificates,libudev1",
-              f"--customize-hook=cp {ca} \"$1/etc/ssl/certs/ca-certificates.crt\"",
-              "--customize-hook=printf '[global]\\ncert = /etc/ssl/certs/ca-certificates.crt\\n"
-              "break-system-packages = true\\n' > \"$1/etc/pip.conf\"",
-              suite, str(tar))
-    if done.returncode:
-        raise SystemExit(f"mmdebstrap failed:\n{done.stderr[-2000:]}")
-    done = sh(DOCKER, "import", str(tar), tag)
-    if done.returncode:
-        raise SystemExit(f"docker import failed:\n{done.stderr}")
-    return tag
-
-
-def build_image(tmp: Path, base: str) -> None:
-    context = tmp / "context"
-    files = sh("git", "-C", str(REPO), "ls-files", "-z").stdout.split("\0")
-    for rel in filter(None, files):
-        src, dst = REPO / rel, context / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), dst)
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    dockerfile = context / "Dockerfile"
-    # the syntax directive makes BuildKit fetch a frontend image from a registry; the built-in
-    # frontend of Debian's docker.io understands this Dockerfile (RUN --mount) without it
-    dockerfile.write_text("".join(line for line in dockerfile.read_text().splitlines(True)
-                                  if not line.startswith("# syntax=")))
-    started = time.monotonic()
-    done = subprocess.run([DOCKER, "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}", "-t", IMAGE,
-                           str(context)], env={**os.environ, "DOCKER_BUILDKIT": "1"}, text=True, capture_output=True)
-    check(done.returncode == 0, f"image built from the repository's Dockerfile on {base} "
-                                f"({time.monotonic() - started:.0f} s)")
-    if done.returncode:
-        print(done.stderr[-3000:])
-        raise SystemExit(1)
-
-
-def container_cmd(run, *args: str, name: str | None = None, detach: bool = False, extra=()) -> list[str]:
+def container_cmd(run: DockerRun, image: str, *args: str, name: str | None = None, detach: bool = False,
+                  extra: tuple[str, ...] | list[str] = ()) -> list[str]:
     cmd = [DOCKER, "run"] + (["-d"] if detach else ["--rm"]) + (["--name", name] if name else [])
-    return cmd + list(run.flags) + list(extra) + [IMAGE, *args]
+    return cmd + list(run.flags) + list(extra) + [image, *args]
 
 
-def hardening_inside(run) -> None:
+def build(platform: Platform, tmp: Path, rebuild_base: bool) -> bool:
+    try:
+        base = build_base(platform, tmp, rebuild_base)
+        took = build_image(platform, base, tmp)
+    except BuildFailed as err:
+        check(False, str(err))
+        return False
+    check(True, f"{platform.oci}: image built from the repository's Dockerfile on {base} ({took:.0f} s)")
+    size = image_size(platform)
+    line = (f"{platform.oci}: image {size.unpacked / 1e6:.1f} MB unpacked, {size.compressed / 1e6:.1f} MB "
+            "compressed (docker save | gzip)")
+    if platform.oci == "linux/amd64":
+        check(size.compressed <= COMPRESSED_LIMIT, f"{line}; limit {COMPRESSED_LIMIT / 1e6:.0f} MB")
+    else:
+        print(f"      {line}")
+    return True
+
+
+def hardening_inside(run: DockerRun, image: str) -> None:
     """The restrictions really hold in the running container, seen from inside it."""
     probe = ("import os; s=open('/proc/self/status').read(); "
              "f=lambda k: [l.split()[1] for l in s.splitlines() if l.startswith(k)][0]; "
-             "w=[]\nfor p in ('/etc/x','/host/sys/x','/usr/x'):\n"
+             "w=[]\nfor p in ('/etc/x','/host/sys/x','/usr/x','/opt/node-feature-agent/x'):\n"
              "    try: open(p,'w'); w.append(p)\n    except OSError: pass\n"
              "print(os.getuid(), os.getgid(), f('CapEff:'), f('NoNewPrivs:'), ','.join(w) or '-')")
-    done = sh(*container_cmd(run, extra=["--entrypoint", "python3"]), "-c", probe)
+    done = sh(*container_cmd(run, image, extra=["--entrypoint", "python3"]), "-c", probe)
     if not check(done.returncode == 0, "probe ran inside the container"):
         print(done.stderr[-1500:])
         return
@@ -127,11 +106,15 @@ def hardening_inside(run) -> None:
     check(int(capeff, 16) == 0, f"no effective capabilities (CapEff {capeff})")
     check(nnp == "1", f"no-new-privileges set (NoNewPrivs {nnp})")
     check(writable == "-", f"root filesystem and host mounts refuse writes (writable: {writable})")
+    tools = sh(*container_cmd(run, image, extra=["--entrypoint", "sh"]), "-c",
+               "for t in pip pip3 gcc cc g++ apt-get; do command -v $t; done; ls /var/lib/apt/lists | grep -v lock")
+    check(tools.stdout.split() == ["/usr/bin/apt-get"], f"no pip, no compiler, no apt lists in the image "
+                                                        f"(found: {' '.join(tools.stdout.split()) or '-'})")
 
 
-def compare_discover(run, tmp: Path) -> None:
+def compare_discover(run: DockerRun, image: str) -> None:
     host_root = next(a.split("=", 1)[1] for a in run.args if a.startswith("--host-root="))
-    mine = sh(*container_cmd(run), "discover", f"--host-root={host_root}", "--format=json")
+    mine = sh(*container_cmd(run, image), "discover", f"--host-root={host_root}", "--format=json")
     if not check(mine.returncode == 0, "discover in the container exits 0"):
         print(mine.stderr[-2000:])
         return
@@ -154,30 +137,50 @@ def compare_discover(run, tmp: Path) -> None:
           f"the pod discovers what the host discovers ({len(a)} labels in the pod, {len(b)} on the host)")
 
 
-def run_against_api(run, tmp: Path, node: str) -> None:
+def wait_labelled(server: FakeApiServer, node: str, limit: float = 60.0) -> float | None:
+    """Seconds (wall clock, time.time()) at which the Node had feature labels and no startup
+    taint, polled every 10 ms; None after ``limit``."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        found = server.node(node)
+        labels = found["metadata"].get("labels") or {}
+        if any(k.startswith("feature.node.kubernetes.io/") for k in labels) and not found["spec"].get("taints"):
+            return time.time()
+        time.sleep(0.01)
+    return None
+
+
+def started_at(name: str) -> float:
+    """The container's start (docker's State.StartedAt) as a wall-clock time."""
+    text = sh(DOCKER, "inspect", "-f", "{{.State.StartedAt}}", name).stdout.strip()
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
+
+
+def run_against_api(run: DockerRun, image: str, tmp: Path, node: str) -> None:
     with FakeApiServer() as server:
         server.add_node(node, register_taints=[{"key": "node-feature-agent.io/not-ready", "effect": "NoSchedule"}])
         kubeconfig = server.kubeconfig(tmp / "kubeconfig")
         os.chmod(kubeconfig, 0o644)
         name = f"nfa-smoke-{os.getpid()}"
         port = next(a.split("=", 1)[1] for a in run.args if a.startswith("--metrics-port="))
-        cmd = container_cmd(run, *run.args, f"--kubeconfig={KUBECONFIG_IN_POD}", name=name, detach=True,
+        # the DaemonSet's args, without the random start-up delay a rollout wants
+        cmd = container_cmd(run, image, *run.args, "--startup-jitter=0", f"--kubeconfig={KUBECONFIG_IN_POD}",
+                            name=name, detach=True,
                             extra=["--mount", f"type=bind,source={kubeconfig},target={KUBECONFIG_IN_POD},readonly"])
+        asked = time.time()
         started = sh(*cmd)
         if not check(started.returncode == 0, "run started in the container with the DaemonSet's args"):
             print(started.stderr[-2000:])
             return
         try:
-            deadline, labels = time.monotonic() + 60, {}
-            while time.monotonic() < deadline:
-                labels = server.node(node)["metadata"].get("labels") or {}
-                taints = server.node(node)["spec"].get("taints") or []
-                if any(k.startswith("feature.node.kubernetes.io/") for k in labels) and not taints:
-                    break
-                time.sleep(0.2)
-            check(any(k.startswith("feature.node.kubernetes.io/") for k in labels) and not taints,
-                  f"the Node got {sum(k.startswith('feature.node.kubernetes.io/') for k in labels)} feature labels "
-                  "and lost its startup taint")
+            labelled = wait_labelled(server, node)
+            labels = server.node(node)["metadata"].get("labels") or {}
+            check(labelled is not None, f"the Node got {sum(k.startswith('feature.node.kubernetes.io/') for k in labels)} "
+                                        "feature labels and lost its startup taint")
+            if labelled is not None:
+                print(f"      start-up: container started -> Node labelled {labelled - started_at(name):.2f} s "
+                      f"(docker run -> Node labelled {labelled - asked:.2f} s)")
             for path in ("/healthz", "/readyz"):
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
@@ -188,7 +191,8 @@ def run_against_api(run, tmp: Path, node: str) -> None:
             sh(DOCKER, "stop", "-t", "30", name)
             took = time.monotonic() - began
             code = sh(DOCKER, "inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip()
-            check(code == "0" and took < 1.5, f"SIGTERM (docker stop): exit {code} after {took:.2f} s (contract 1 s + docker's own)")
+            # docker stop sends SIGKILL after 30 s (exit 137): exit 0 is the agent ending on SIGTERM itself
+            check(code == "0", f"SIGTERM (docker stop): exit {code} after {took:.2f} s")
             logs = sh(DOCKER, "logs", name)
             text = logs.stdout + logs.stderr
             check("Traceback" not in text, f"no traceback in {len(text.splitlines())} log lines")
@@ -196,35 +200,95 @@ def run_against_api(run, tmp: Path, node: str) -> None:
             sh(DOCKER, "rm", "-f", name)
 
 
+def commands_in_image(run: DockerRun, image: str, tmp: Path) -> None:
+    """Every other command the image offers, once, on the coral-usb fixture (mounted read-only
+    where the host root is) and, for apply and clean, against the in-repo API server."""
+    fixture = ["--mount", f"type=bind,source={FIXTURE},target=/fixture,readonly"]
+    offline = {"plan": ["plan", "--host-root=/fixture", "--format=json"],
+               "explain": ["explain", "--host-root=/fixture", "accelerators/edgetpu"],
+               "validate": ["validate"],
+               "snapshot": ["snapshot", "--host-root=/fixture", "--output=/tmp/snapshot.tar.gz"]}
+    for what, args in offline.items():
+        done = sh(*container_cmd(run, image, *args, extra=[*fixture, "--tmpfs", "/tmp:size=16m"]))
+        check(done.returncode == 0, f"{what} runs in the image (exit {done.returncode}) {done.stderr.strip()[-200:]}")
+    with FakeApiServer() as server:
+        server.add_node("smoke-apply")
+        kubeconfig = server.kubeconfig(tmp / "kubeconfig-apply")
+        os.chmod(kubeconfig, 0o644)
+        mount = ["--mount", f"type=bind,source={kubeconfig},target={KUBECONFIG_IN_POD},readonly"]
+        for what, host in (("apply", ["--host-root=/fixture"]), ("clean", [])):
+            done = sh(*container_cmd(run, image, what, *host, "--node-name=smoke-apply",
+                                     f"--kubeconfig={KUBECONFIG_IN_POD}", extra=[*fixture, *mount]))
+            labels = server.node("smoke-apply")["metadata"].get("labels") or {}
+            edgetpu = labels.get("accelerators/edgetpu")
+            check(done.returncode == 0 and (edgetpu == "true") == (what == "apply"),
+                  f"{what} in the image: exit {done.returncode}, accelerators/edgetpu={edgetpu} {done.stderr.strip()[-200:]}")
+
+
+def board_answers(platform: Platform) -> None:
+    """discover and plan on the recorded boards of ``platform``'s architecture, in the foreign
+    image under qemu, against the same commands on this host. The fixture and the catalogue
+    are mounted at their host paths, so provenance paths in the output match too."""
+    image = image_tag(platform)
+    labels = REPO / "labels"
+    for board in BOARDS.get(platform.debian, ()):
+        root = REPO / "fixtures" / "sysfs" / board
+        partial = [] if (root / "proc").is_dir() else ["--allow-partial-host-root"]
+        mounts = ["--mount", f"type=bind,source={root},target={root},readonly",
+                  "--mount", f"type=bind,source={labels},target={labels},readonly"]
+        for command in ("discover", "plan"):
+            args = [command, f"--host-root={root}", *partial, "--format=json", *(["--rules", str(labels)] if command == "plan" else [])]
+            mine = sh(DOCKER, "run", "--rm", "--platform", platform.oci, "--network", "none", "--read-only",
+                      *mounts, image, *args)
+            theirs = sh(sys.executable, "-m", "agent", *args, cwd=REPO)
+            same = mine.returncode == theirs.returncode == 0 and json.loads(mine.stdout) == json.loads(theirs.stdout)
+            check(same, f"{platform.oci}: {command} on {board} in the image = on the host"
+                        + ("" if same else f" (exit {mine.returncode}: {mine.stderr.strip()[-300:]})"))
+
+
+def native_checks(platform: Platform, tmp: Path) -> None:
+    image = image_tag(platform)
+    node = socket.gethostname()
+    manifest = (REPO / "daemonset.yaml").read_text()
+    try:
+        run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), configmap_root=str(tmp / "configmaps"))
+        check(True, "every typed hostPath of the manifest exists here (kubelet would start the pod)")
+    except ManifestError as err:
+        # not a failure of the image: the manifest needs adapting for such nodes (documented)
+        print(f"WARN  the pod as shipped would not start on this host: {err}")
+        run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), drop_missing_files=True,
+                         configmap_root=str(tmp / "configmaps"))
+    print(f"      docker run {' '.join(run.flags)} {image} {' '.join(run.args)}")
+    for note in run.notes:
+        print(f"      note: {note}")
+    hardening_inside(run, image)
+    compare_discover(run, image)
+    run_against_api(run, image, tmp, node)
+    commands_in_image(run, image, tmp)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rebuild-base", action="store_true", help="make the Debian base image again")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--platform", action="append", choices=sorted(PLATFORMS), metavar="PLATFORM",
+                        help=f"build and check for this platform ({', '.join(sorted(PLATFORMS))}); repeatable; "
+                             "default: this machine's")
+    parser.add_argument("--rebuild-base", action="store_true", help="make the Debian base images again")
     args = parser.parse_args(argv)
     if sh(DOCKER, "info").returncode:
         raise SystemExit("no Docker engine: start dockerd first (deploy/smoke-image.sh does)")
-    node = socket.gethostname()
+    native = host_platform()
     with tempfile.TemporaryDirectory(prefix="nfa-smoke-") as name:
         tmp = Path(name)
         os.chmod(tmp, 0o755)
-        base = build_base(tmp, host_suite(), args.rebuild_base)
-        build_image(tmp, base)
-        manifest = (REPO / "daemonset.yaml").read_text()
-        try:
-            run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), configmap_root=str(tmp / "configmaps"))
-            check(True, "every typed hostPath of the manifest exists here (kubelet would start the pod)")
-        except ManifestError as err:
-            # not a failure of the image: the manifest needs adapting for such nodes (documented)
-            print(f"WARN  the pod as shipped would not start on this host: {err}")
-            run = docker_run(manifest, node_name=node, catalogue_dir=str(REPO / "labels"), drop_missing_files=True,
-                             configmap_root=str(tmp / "configmaps"))
-        print("      docker run " + " ".join(run.flags) + f" {IMAGE} " + " ".join(run.args))
-        for note in run.notes:
-            print(f"      note: {note}")
-        hardening_inside(run)
-        compare_discover(run, tmp)
-        run_against_api(run, tmp, node)
+        for platform in [PLATFORMS[p] for p in args.platform or [native.oci]]:
+            if not build(platform, tmp, args.rebuild_base):
+                continue
+            if platform == native:
+                native_checks(platform, tmp)
+            else:
+                board_answers(platform)
     failed = [w for ok, w in RESULTS if not ok]
-    print(f"{len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    print(f"smoke test: {len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed")
     return 1 if failed else 0
 
 
