@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Protocol
 
@@ -147,10 +147,9 @@ def _names_from(compiled: _Re2Regexp) -> list[str]:
     return names
 
 
-def _capture_names(pattern: str, groups: int) -> list[str] | None:
-    """Go's SubexpNames, in order, duplicates included (RE2 reports only the first of a
-    duplicated name, Go allows them). None if the scan disagrees with RE2's group count."""
-    names, index, in_class = [""], 0, False
+def _open_parens(pattern: str) -> Iterator[int]:
+    """Where each ``(`` that opens a group stands: not escaped, not in ``\\Q...\\E`` or a class."""
+    index, in_class = 0, False
     while index < len(pattern):
         char = pattern[index]
         if char == "\\":
@@ -177,13 +176,31 @@ def _capture_names(pattern: str, groups: int) -> list[str] | None:
                 index += 1
             continue
         if char == "(":
-            named = re.match(r"\(\?P?<([A-Za-z0-9_]+)>", pattern[index:])
-            if named:
-                names.append(named.group(1))
-            elif not pattern.startswith("(?", index):
-                names.append("")
+            yield index
         index += 1
+
+
+def _capture_names(pattern: str, groups: int) -> list[str] | None:
+    """Go's SubexpNames, in order, duplicates included (RE2 reports only the first of a
+    duplicated name, Go allows them). None if the scan disagrees with RE2's group count."""
+    names = [""]
+    for index in _open_parens(pattern):
+        named = re.match(r"\(\?P?<([A-Za-z0-9_]+)>", pattern[index:])
+        if named:
+            names.append(named.group(1))
+        elif not pattern.startswith("(?", index):
+            names.append("")
     return names if len(names) == groups + 1 else None
+
+
+def _re2_syntax(pattern: str) -> str:
+    """``(?<name>`` written ``(?P<name>``: the same group to Go (>= 1.22) and to RE2 since
+    2023-07, but older RE2 (Debian bookworm's 2022-06-01, which the arm/v7 image links) knows
+    only the second form. A ``(?<`` that is no valid name is left for RE2 to refuse."""
+    named = [i for i in _open_parens(pattern) if re.match(r"\(\?<[A-Za-z0-9_]+>", pattern[i:])]
+    for index in reversed(named):
+        pattern = f"{pattern[:index + 2]}P{pattern[index + 2:]}"
+    return pattern
 
 
 def _go_rejects(pattern: str) -> str | None:
@@ -226,7 +243,7 @@ def compile_go(pattern: str) -> GoRegexp:
     if rejected:
         raise FunctionError(f"error parsing regexp: {rejected}")
     try:
-        return GoRegexp(re2.compile(pattern, _OPTIONS), pattern)
+        return GoRegexp(re2.compile(_re2_syntax(pattern), _OPTIONS), pattern)
     except re2.error as exc:
         text = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise FunctionError(_go_error(text, pattern)) from None
