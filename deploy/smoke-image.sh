@@ -11,16 +11,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null || ! command -v update-binfmts >/dev/null \
-    || [ ! -e /usr/libexec/qemu-binfmt ]; then
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io mmdebstrap qemu-user-static binfmt-support >/dev/null
-fi
-# foreign binaries (a linux/arm64 or linux/arm/v7 build) run through qemu-user-static
-if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
-  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-fi
-update-binfmts --enable >/dev/null 2>&1 || true
+packages="docker.io mmdebstrap"
+case " $* " in *" --platform"*) packages="$packages qemu-user-static binfmt-support" ;; esac
+for package in $packages; do
+  if ! dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then
+    apt-get update -q >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $packages >/dev/null
+    break
+  fi
+done
+case " $* " in *" --platform"*)
+  # foreign binaries (a linux/arm64 or linux/arm/v7 build) run through qemu-user-static
+  [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
+  update-binfmts --enable >/dev/null 2>&1 || true ;;
+esac
 if ! /usr/bin/docker info >/dev/null 2>&1; then
   # no bridge and no iptables: the sandbox allows neither; the smoke run uses host networking
   dockerd --iptables=false --bridge=none >/tmp/nfa-smoke-dockerd.log 2>&1 &
