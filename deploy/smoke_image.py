@@ -157,6 +157,22 @@ def started_at(name: str) -> float:
     return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
+def cpu_seconds(name: str) -> float | None:
+    """CPU time the container has used so far (its cgroup's accounting, v1 or v2), or None."""
+    ident = sh(DOCKER, "inspect", "-f", "{{.Id}}", name).stdout.strip()
+    for path in (f"/sys/fs/cgroup/cpuacct/docker/{ident}/cpuacct.usage", f"/sys/fs/cgroup/docker/{ident}/cpu.stat",
+                 f"/sys/fs/cgroup/system.slice/docker-{ident}.scope/cpu.stat"):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        if path.endswith("cpuacct.usage"):
+            return int(text) / 1e9
+        usage = [line.split()[1] for line in text.splitlines() if line.startswith("usage_usec ")]
+        return int(usage[0]) / 1e6 if usage else None
+    return None
+
+
 def run_against_api(run: DockerRun, image: str, tmp: Path, node: str) -> None:
     with FakeApiServer() as server:
         server.add_node(node, register_taints=[{"key": "node-feature-agent.io/not-ready", "effect": "NoSchedule"}])
@@ -175,12 +191,14 @@ def run_against_api(run: DockerRun, image: str, tmp: Path, node: str) -> None:
             return
         try:
             labelled = wait_labelled(server, node)
+            cpu = cpu_seconds(name)
             labels = server.node(node)["metadata"].get("labels") or {}
             check(labelled is not None, f"the Node got {sum(k.startswith('feature.node.kubernetes.io/') for k in labels)} "
                                         "feature labels and lost its startup taint")
             if labelled is not None:
-                print(f"      start-up: container started -> Node labelled {labelled - started_at(name):.2f} s "
-                      f"(docker run -> Node labelled {labelled - asked:.2f} s)")
+                used = "unknown" if cpu is None else f"{cpu:.2f} s"
+                print(f"      start-up: container started -> Node labelled {labelled - started_at(name):.2f} s, "
+                      f"{used} of CPU (docker run -> Node labelled {labelled - asked:.2f} s)")
             for path in ("/healthz", "/readyz"):
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
