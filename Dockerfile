@@ -8,7 +8,7 @@
 #
 # linux/amd64, linux/arm64 and linux/arm/v7 from this one file; nothing here names an
 # architecture. pip takes each platform's wheels and compiles in the builder what has none
-# (psutil, PyYAML and google-re2 on arm/v7; google-re2 against Debian's RE2):
+# (psutil, PyYAML and google-re2 on arm/v7; google-re2 against Debian's RE2, pyproject.toml):
 #   docker buildx build --platform linux/amd64,linux/arm64,linux/arm/v7 -t REGISTRY/node-feature-agent:0.1.0 --push .
 ARG BASE_IMAGE=debian:bookworm-slim
 
@@ -25,12 +25,13 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PREFER_BINARY=1 PIP_NO_COMPILE=1
 RUN python3 -m venv /opt/node-feature-agent
 WORKDIR /src
 # The dependencies first, from pyproject.toml alone, so that a change to agent/ reuses this
-# layer; the pip cache mount keeps wheels compiled here for the next build.
+# layer; the pip cache mount keeps wheels compiled here for the next build (--use-pep517: a
+# project without pyproject.toml, google-re2, is built as a wheel too, not installed by setup.py).
 COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
        > requirements.txt \
-    && /opt/node-feature-agent/bin/pip install -r requirements.txt
+    && /opt/node-feature-agent/bin/pip install --use-pep517 -r requirements.txt
 COPY README.md ./
 COPY agent/ ./agent/
 # agent/labels links to ../labels: the wheel carries the catalogue (agent.config.packaged_catalogue)
