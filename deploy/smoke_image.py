@@ -39,8 +39,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from deploy.smoke_build import (DOCKER, PLATFORMS, BuildFailed, Platform, build_base, build_image,  # noqa: E402
-                                host_platform, image_size, image_tag)
+from deploy.smoke_build import (  # noqa: E402
+    DOCKER,
+    PLATFORMS,
+    BuildFailed,
+    Platform,
+    build_base,
+    build_image,
+    host_platform,
+    image_size,
+    image_tag,
+)
 from deploy.smoke_flags import DockerRun, ManifestError, docker_run  # noqa: E402
 from tests.support.apiserver import FakeApiServer  # noqa: E402
 

@@ -96,7 +96,7 @@ def valid_in(docs: list[dict[str, Any]], version: str) -> list[str]:
     problems = []
     for doc in docs:
         # a kind newer than the floor (placement's MutatingAdmissionPolicy) from its first release on
-        first = INTRODUCED.get((doc["apiVersion"], doc["kind"]), FLOOR)
+        first = INTRODUCED.get((doc["apiVersion"], doc["kind"]), version)
         try:
             kubernetes_validate.validate(doc, max(version, first, key=lambda v: tuple(map(int, v.split(".")))), strict=True)
         except kubernetes_validate.utils.SchemaNotFoundError:
