@@ -48,8 +48,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -182,7 +182,7 @@ def start_agent(tmp: Path, server: FakeApiServer, *args: str) -> subprocess.Pope
     cmd = [sys.executable, "-m", "agent", "--log-format", "json", "--log-level", "info", "run",
            f"--node-name={NODE}", f"--kubeconfig={kubeconfig}", "--metrics-port=0", "--metrics-address=127.0.0.1",
            "--startup-jitter=0", *args]
-    log = open(tmp / f"agent-{len(list(tmp.glob('agent-*.log')))}.log", "w")
+    log = open(tmp / f"agent-{len(list(tmp.glob('agent-*.log')))}.log", "w")  # noqa: SIM115 - the agent's stderr
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     proc.log_path = Path(log.name)  # type: ignore[attr-defined]
@@ -221,8 +221,8 @@ def heartbeats(server: FakeApiServer, stop: threading.Event, every: float = HEAR
     while not stop.wait(every):
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            server.edit_node(node, lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime=stamp) and None)
-        except Exception:  # noqa: BLE001 - a lost heartbeat is just not counted
+            server.edit_node(node, lambda n, stamp=stamp: n["status"]["conditions"][0].update(lastHeartbeatTime=stamp))
+        except Exception:  # noqa: BLE001, S112 - a lost heartbeat is just not counted
             continue
         if sent is not None:
             sent["sent"] = sent.get("sent", 0) + 1
@@ -234,7 +234,7 @@ def agent_requests(server: FakeApiServer) -> list:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
 
 

@@ -22,7 +22,6 @@ import alone.  Prints numbers; never asserts.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -81,7 +80,7 @@ def run_agent(python: Path, case: str, settle: float, window: float, tmp: Path) 
         cmd = [str(agent_bin), "--log-level", "warning", "run", f"--host-root={REPO / 'fixtures/sysfs' / case}",
                f"--rules={REPO / 'labels'}", f"--node-name={NODE}", f"--kubeconfig={kubeconfig}",
                "--metrics-port=0", "--metrics-address=127.0.0.1", "--udev-mode=kernel", "--startup-jitter=0"]
-        log = open(tmp / "agent.log", "w")
+        log = open(tmp / "agent.log", "w")  # noqa: SIM115 - the agent's stderr until it exits
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=log)
         try:
