@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the shipped Dockerfile and prove the image in a real container (see deploy/smoke_image.py
-# for what is checked). Needs root, Debian's docker.io, mmdebstrap and, for foreign platforms,
+# for what is checked). Needs root, Debian's docker.io, mmdebstrap, docker-registry and skopeo
+# (explain-image against a real registry) and, for foreign platforms,
 # qemu-user-static registered with binfmt (all installed here if missing), and the project's
 # venv (.venv, from the README's set-up). CI runs it for its own platform (.ci/run); the foreign
 # platforms are run by hand before a release (deploy/README.md "The image").
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-packages="docker.io mmdebstrap"
+packages="docker.io mmdebstrap docker-registry skopeo"
 case " $* " in *" --platform"*) packages="$packages qemu-user-static binfmt-support" ;; esac
 for package in $packages; do
   if ! dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then

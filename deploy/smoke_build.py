@@ -105,11 +105,12 @@ def build_base(platform: Platform, tmp: Path, rebuild: bool) -> str:
 
 def make_rootfs(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     """mmdebstrap, tried three times: a mirror caught mid-sync answers with a short index file."""
-    for attempt in range(3):
-        done = run("nice", "-n", "15", *cmd)
+    done = run("nice", "-n", "15", *cmd)
+    for attempt in range(2):
         if done.returncode == 0:
             break
         time.sleep(20 * (attempt + 1))
+        done = run("nice", "-n", "15", *cmd)
     return done
 
 

@@ -28,12 +28,10 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,36 +48,25 @@ from deploy.smoke_build import (  # noqa: E402
     image_size,
     image_tag,
 )
+from deploy.smoke_commands import apply_and_clean, explain_image, offline_commands  # noqa: E402
+from deploy.smoke_docker import (  # noqa: E402
+    KUBECONFIG_IN_POD,
+    RESULTS,
+    check,
+    container_cmd,
+    cpu_seconds,
+    sh,
+    started_at,
+)
 from deploy.smoke_flags import DockerRun, ManifestError, docker_run  # noqa: E402
 from tests.support.apiserver import FakeApiServer  # noqa: E402
 
-KUBECONFIG_IN_POD = "/var/run/node-feature-agent/kubeconfig"
 #: amd64, docker save | gzip (issue 28's target; the figure of record is in deploy/README.md)
 COMPRESSED_LIMIT = 80_000_000
 #: recorded boards (fixtures/sysfs/*/README.md) per Debian architecture, replayed in the foreign image
 BOARDS = {"arm64": ("raspberry-pi-4-recorded", "jetson-nano-l4t-recorded", "coral-devboard-vendor-recorded",
                     "lscpu-arm-A510-A710-A715-X3"),
           "armhf": ("lscpu-armv7", "raspberry-pi-4-recorded")}
-FIXTURE = REPO / "fixtures" / "sysfs" / "coral-usb"
-RESULTS: list[tuple[bool, str]] = []
-
-
-def check(ok: bool, what: str) -> bool:
-    RESULTS.append((ok, what))
-    print(f"{'PASS' if ok else 'FAIL'}  {what}", flush=True)
-    return ok
-
-
-def sh(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, text=True, capture_output=True, cwd=cwd, check=False)
-
-
-def container_cmd(run: DockerRun, image: str, *args: str, name: str | None = None, detach: bool = False,
-                  extra: tuple[str, ...] | list[str] = ()) -> list[str]:
-    cmd = [DOCKER, "run"] + (["-d"] if detach else ["--rm"]) + (["--name", name] if name else [])
-    return cmd + list(run.flags) + list(extra) + [image, *args]
-
-
 def build(platform: Platform, tmp: Path, rebuild_base: bool) -> bool:
     try:
         base = build_base(platform, tmp, rebuild_base)
@@ -159,29 +146,6 @@ def wait_labelled(server: FakeApiServer, node: str, limit: float = 60.0) -> floa
     return None
 
 
-def started_at(name: str) -> float:
-    """The container's start (docker's State.StartedAt) as a wall-clock time."""
-    text = sh(DOCKER, "inspect", "-f", "{{.State.StartedAt}}", name).stdout.strip()
-    whole, _, fraction = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
-
-
-def cpu_seconds(name: str) -> float | None:
-    """CPU time the container has used so far (its cgroup's accounting, v1 or v2), or None."""
-    ident = sh(DOCKER, "inspect", "-f", "{{.Id}}", name).stdout.strip()
-    for path in (f"/sys/fs/cgroup/cpuacct/docker/{ident}/cpuacct.usage", f"/sys/fs/cgroup/docker/{ident}/cpu.stat",
-                 f"/sys/fs/cgroup/system.slice/docker-{ident}.scope/cpu.stat"):
-        try:
-            text = Path(path).read_text()
-        except OSError:
-            continue
-        if path.endswith("cpuacct.usage"):
-            return int(text) / 1e9
-        usage = [line.split()[1] for line in text.splitlines() if line.startswith("usage_usec ")]
-        return int(usage[0]) / 1e6 if usage else None
-    return None
-
-
 def run_against_api(run: DockerRun, image: str, tmp: Path, node: str) -> None:
     with FakeApiServer() as server:
         server.add_node(node, register_taints=[{"key": "node-feature-agent.io/not-ready", "effect": "NoSchedule"}])
@@ -227,31 +191,6 @@ def run_against_api(run: DockerRun, image: str, tmp: Path, node: str) -> None:
             sh(DOCKER, "rm", "-f", name)
 
 
-def commands_in_image(run: DockerRun, image: str, tmp: Path) -> None:
-    """Every other command the image offers, once, on the coral-usb fixture (mounted read-only
-    where the host root is) and, for apply and clean, against the in-repo API server."""
-    fixture = ["--mount", f"type=bind,source={FIXTURE},target=/fixture,readonly"]
-    offline = {"plan": ["plan", "--host-root=/fixture", "--format=json"],
-               "explain": ["explain", "--host-root=/fixture", "accelerators/edgetpu"],
-               "validate": ["validate"],
-               "snapshot": ["snapshot", "--host-root=/fixture", "--output=/tmp/snapshot.tar.gz"]}
-    for what, args in offline.items():
-        done = sh(*container_cmd(run, image, *args, extra=[*fixture, "--tmpfs", "/tmp:size=16m"]))
-        check(done.returncode == 0, f"{what} runs in the image (exit {done.returncode}) {done.stderr.strip()[-200:]}")
-    with FakeApiServer() as server:
-        server.add_node("smoke-apply")
-        kubeconfig = server.kubeconfig(tmp / "kubeconfig-apply")
-        os.chmod(kubeconfig, 0o644)
-        mount = ["--mount", f"type=bind,source={kubeconfig},target={KUBECONFIG_IN_POD},readonly"]
-        for what, host in (("apply", ["--host-root=/fixture"]), ("clean", [])):
-            done = sh(*container_cmd(run, image, what, *host, "--node-name=smoke-apply",
-                                     f"--kubeconfig={KUBECONFIG_IN_POD}", extra=[*fixture, *mount]))
-            labels = server.node("smoke-apply")["metadata"].get("labels") or {}
-            edgetpu = labels.get("accelerators/edgetpu")
-            check(done.returncode == 0 and (edgetpu == "true") == (what == "apply"),
-                  f"{what} in the image: exit {done.returncode}, accelerators/edgetpu={edgetpu} {done.stderr.strip()[-200:]}")
-
-
 def board_answers(platform: Platform) -> None:
     """discover and plan on the recorded boards of ``platform``'s architecture, in the foreign
     image under qemu, against the same commands on this host. The fixture and the catalogue
@@ -291,7 +230,9 @@ def native_checks(platform: Platform, tmp: Path) -> None:
     hardening_inside(run, image)
     compare_discover(run, image)
     run_against_api(run, image, tmp, node)
-    commands_in_image(run, image, tmp)
+    offline_commands(run, image)
+    apply_and_clean(run, image, tmp)
+    explain_image(run, image, tmp)
 
 
 def main(argv: list[str] | None = None) -> int:
