@@ -1,29 +1,29 @@
 """Run the discovery sources against one host root and merge their results.
 
-A source that raises is contained here: its failure becomes one ``SourceError`` and the
-other sources still run.  Labels a source produced that Kubernetes would reject are dropped
-with an error entry, as NFD drops them (``GetFeatureLabels``), so nothing invalid leaves
-discovery.
+A source that raises is contained here: its failure becomes one ``SourceError``, what it
+decides is undetermined (no answer is no evidence of absence), and the other sources still
+run.  Labels a source produced that Kubernetes would reject are dropped with an error entry,
+as NFD drops them (``GetFeatureLabels``), so nothing invalid leaves discovery.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import gc
-import importlib
 import logging
 import time
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from agent.features import Feature, SourceError, SourceResult
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
-from agent.sources import SOURCE_NAMES
+from agent.sources import SOURCE_NAMES, source
 from agent.sources.local import LOCAL_FEATURES_DIR  # noqa: F401 - where callers used to find it
+
+if TYPE_CHECKING:
+    from agent.gotemplate.regexp import GoRegexp
 
 log = logging.getLogger(__name__)
 
@@ -105,18 +105,8 @@ class Discovery:
         }
 
 
-def _load_source(name: str):
-    return importlib.import_module(f"agent.sources.{name}")
-
-
-@functools.lru_cache(maxsize=1024)
 def _label_problems(key: str, value: str) -> tuple[str, ...]:
-    """Why Kubernetes would reject ``key=value`` (empty: it would not).
-
-    Why memoised: a pass checks the same labels as the last pass (79 on a big host, 0.1 ms of
-    regular expressions each time); the answer depends on the two strings only.  Bounded (13
-    times a big host's labels; 0.6 MiB full of the longest valid labels), so a host whose
-    labels change every pass cannot grow it."""
+    """Why Kubernetes would reject ``key=value`` (empty: it would not)."""
     return (*qualified_name_errors(key), *label_value_errors(value))
 
 
@@ -154,7 +144,7 @@ def _valid_labels(result: SourceResult, config: DiscoveryConfig) -> SourceResult
     return SourceResult(result.source, result.features, kept, tuple(errors), origins, undetermined)
 
 
-def _whitelist(pattern: str):
+def _whitelist(pattern: str) -> GoRegexp | None:
     """The compiled whitelist; ``None`` for the empty pattern (matches everything)."""
     if not pattern:
         return None
@@ -163,40 +153,23 @@ def _whitelist(pattern: str):
     return compile_go(pattern)
 
 
+UNANSWERED = {"*": ("*",)}
+"""``SourceResult.undetermined`` of a source that raised: every feature, every label it gives."""
+
+
 def run_source(name: str, host: HostFS, config: DiscoveryConfig) -> SourceResult:
-    """One source, contained: any exception becomes a ``SourceError``."""
+    """One source, contained: any exception becomes a ``SourceError``, and everything the
+    source decides is undetermined (it answered nothing, which is no evidence of absence)."""
     try:
-        module = _load_source(name)
+        module = source(name)
         result = module.discover(host, config.section(name, module))
     except Exception as exc:  # a broken source must never stop the others
         log.warning("source %s failed: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-        return SourceResult(name, errors=(SourceError(name, getattr(exc, "host_path", ""), f"source failed: {exc}"),))
+        return SourceResult(name, errors=(SourceError(name, getattr(exc, "host_path", ""), f"source failed: {exc}"),),
+                            undetermined=UNANSWERED)
     for error in result.errors:
         log.info("discovery problem: %s", error)
     return _valid_labels(result, config)
-
-
-@contextmanager
-def _young_collection_at_end() -> Iterator[None]:
-    """Hold the cyclic garbage collector's automatic runs off for a pass and collect the
-    young generations (0 and 1) once at its end.
-
-    Why: a pass on a big host allocates thousands of short-lived containers (a dict or three
-    per device file set, an instance per device), so the collector's threshold of 700 started
-    five or six young collections and one of generation 1 in every pass, each scanning what
-    the pass still held: 0.48 ms a pass on dgx-usb-lab, against 0.12 ms for the one collection
-    here (bench/README.md).  The pass's own cycles (an error's traceback) are collected at its
-    end as before; full collections stay the process's own.  Left alone when the collector is
-    already off (a caller's choice, or another thread's pass under way: it turns it back on)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.collect(1)
 
 
 def discover(host: HostFS, config: DiscoveryConfig | None = None, sources: Iterable[str] | None = None) -> Discovery:
@@ -209,9 +182,8 @@ def discover(host: HostFS, config: DiscoveryConfig | None = None, sources: Itera
     host.clear_cache()
     results: dict[str, SourceResult] = {}
     durations: dict[str, float] = {}
-    with _young_collection_at_end():
-        for name in sorted(names):
-            started = time.perf_counter()
-            results[name] = run_source(name, host, config)
-            durations[name] = time.perf_counter() - started
+    for name in sorted(names):
+        started = time.perf_counter()
+        results[name] = run_source(name, host, config)
+        durations[name] = time.perf_counter() - started
     return Discovery(results, durations)

@@ -9,7 +9,7 @@ Every feature and instance remembers the host path it came from so ``explain`` c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -159,7 +159,7 @@ class SourceResult:
     source: str
     features: Mapping[str, Feature] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
-    errors: tuple[SourceError, ...] = ()
+    errors: Sequence[SourceError] = ()  # stored as a tuple
     #: label key -> host path that supplied its value (for explain)
     label_origins: Mapping[str, str] = field(default_factory=dict)
     #: feature name -> the label keys it gives, for each feature this pass could not determine

@@ -1,8 +1,8 @@
 """Record exactly the host files discovery looked at, as a tree ``discover`` can replay.
 
 A snapshot is how a bug report, a new fixture or a benchmark input is made from a real
-machine: run discovery once through a :class:`RecordingHostFS` (a :class:`HostFS` that also
-keeps what every read returned), then rebuild, under the output directory, just the paths the
+machine: run discovery once through a :class:`HostFS` whose recorder (:class:`Recording`) keeps
+what every read returned, then rebuild, under the output directory, just the paths the
 sources read, listed or tested:
 
 * symlinks stay symlinks with their target as written (relative targets as-is; absolute
@@ -14,8 +14,9 @@ sources read, listed or tested:
   symlink), so counts and ``is_dir``/``is_file`` checks replay; entries nobody read are empty;
 * live-only data (py-cpuinfo facts) goes to :data:`agent.sources.cpu.LIVE_FACTS_PATH`.
 
-Whatever could not be recorded faithfully (unreadable files, binary junk where text was
-expected, symlink loops, sockets) is skipped and explained in ``SNAPSHOT-NOTES.txt``.
+Whatever could not be recorded faithfully (unreadable files, symlink loops, sockets) is skipped
+and explained in ``SNAPSHOT-NOTES.txt``. Junk where text was expected is recorded as read, so
+the replay finds the same junk.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import stat
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from agent import __version__
 from agent.discovery import Discovery, DiscoveryConfig, discover
-from agent.hostfs import MAX_ATTR_BYTES, HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS, Outcome
 
 NOTES_NAME = "SNAPSHOT-NOTES.txt"
 MAX_FILE_BYTES = 1024 * 1024
@@ -64,59 +65,27 @@ def _normalise(host_path: str) -> str:
     return posixpath.normpath("/" + host_path.lstrip("/")) if host_path else "/"
 
 
-class RecordingHostFS(HostFS):
-    """A :class:`HostFS` that remembers every path touched and the bytes each read returned."""
+class Recording:
+    """The seam's recorder for one pass: every path touched, the bytes each read returned,
+    the directories listed and what could not be read (``HostFS``'s ``recorder``)."""
 
-    def __init__(self, root: str | os.PathLike[str] = "/"):
-        super().__init__(root, recorder=self._remember)
+    def __init__(self) -> None:
         self.touched: dict[str, None] = {}  # insertion-ordered set
         self.contents: dict[str, bytes] = {}
         self.listed: set[str] = set()
         self.failures: dict[str, str] = {}
-        self.not_text: dict[str, str] = {}
 
-    def _remember(self, host_path: str) -> None:
-        self.touched[host_path] = None
-
-    def read_bytes(self, host_path: str, max_bytes: int = MAX_ATTR_BYTES) -> bytes:
+    def __call__(self, operation: str, host_path: str, outcome: Outcome) -> None:
         norm = _normalise(host_path)
-        try:
-            data = super().read_bytes(host_path, max_bytes)
-        except HostFileError as exc:
-            if not exc.missing:
-                self.failures[norm] = exc.reason
-            raise
-        if len(data) > len(self.contents.get(norm, b"")):
-            self.contents[norm] = data
-        else:
-            self.contents.setdefault(norm, data)
-        return data
-
-    def read_text(self, host_path: str, max_bytes: int = MAX_ATTR_BYTES) -> str:
-        try:
-            return super().read_text(host_path, max_bytes)
-        except HostFileError as exc:
-            norm = _normalise(host_path)
-            if not exc.missing and norm in self.contents:
-                self.not_text[norm] = exc.reason
-            raise
-
-    def listdir(self, host_path: str) -> list[str]:
-        return self._recorded_listing(host_path, super().listdir)
-
-    def entries(self, host_path: str) -> dict[str, bool]:
-        return self._recorded_listing(host_path, super().entries)
-
-    def _recorded_listing(self, host_path: str, list_dir):
-        """Note a listed directory (replayed as listed) or why it could not be listed."""
-        norm = _normalise(host_path)
-        try:
-            found = list_dir(host_path)
-        except HostFileError as exc:
-            self.failures[norm] = f"unlistable: {exc.reason}"
-            raise
-        self.listed.add(norm)
-        return found
+        self.touched[norm] = None
+        if isinstance(outcome, HostFileError):
+            if not outcome.missing and operation in ("read", "list"):
+                self.failures[norm] = outcome.reason if operation == "read" else f"unlistable: {outcome.reason}"
+        elif operation == "read" and isinstance(outcome, bytes):
+            if len(outcome) >= len(self.contents.get(norm, b"")):
+                self.contents[norm] = outcome
+        elif operation == "list":
+            self.listed.add(norm)
 
 
 class _TreeWriter:
@@ -229,18 +198,15 @@ class _TreeWriter:
                 self.place(final)
 
 
-def _materialise(host: RecordingHostFS, writer: _TreeWriter) -> None:
+def _materialise(host: Recording, writer: _TreeWriter) -> None:
     writer._mkdirs("/")
-    for path in sorted(set(host.failures) | set(host.not_text)):
+    for path in sorted(host.failures):
         resolved = writer.resolve(path)
         if resolved is not None:
             writer.absent.add(resolved)
     for path in sorted(host.touched):
         resolved = writer.resolve(path)
         if resolved is None:
-            continue
-        if path in host.not_text:
-            writer.note(path, f"skipped: {host.not_text[path]}")
             continue
         if path in host.contents:
             data = host.contents[path]
@@ -256,7 +222,7 @@ def _materialise(host: RecordingHostFS, writer: _TreeWriter) -> None:
             writer.place_entries(resolved)
 
 
-def _write_live_facts(host: RecordingHostFS, writer: _TreeWriter, sources: Iterable[str]) -> None:
+def _write_live_facts(host: HostFS, recording: Recording, writer: _TreeWriter, sources: Iterable[str]) -> None:
     """py-cpuinfo's facts, which only exist on the live host, into the tree for the cpu source."""
     if not host.is_live or "cpu" not in sources:
         return
@@ -265,7 +231,7 @@ def _write_live_facts(host: RecordingHostFS, writer: _TreeWriter, sources: Itera
     except ImportError as exc:
         writer.note("/", f"no live CPU facts recorded: {exc}")
         return
-    if LIVE_FACTS_PATH in host.contents:
+    if LIVE_FACTS_PATH in recording.contents:
         return  # the host itself carried recorded facts and the cpu source read them
     from agent.sources.cpu_arm32 import snapshot_facts
 
@@ -321,7 +287,8 @@ def take_snapshot(
     from agent.sources import SOURCE_NAMES
 
     names = list(sources) if sources is not None else list(SOURCE_NAMES)
-    host = RecordingHostFS(host_root)
+    recording = Recording()
+    host = HostFS(host_root, recorder=recording)
     result = discover(host, config, names)
     output = Path(os.path.abspath(os.fspath(output)))
     if is_tarball(output):
@@ -330,20 +297,20 @@ def take_snapshot(
         if not output.parent.is_dir():
             raise SnapshotError(f"{output.parent}: no such directory")
         with tempfile.TemporaryDirectory(prefix="nfa-snapshot-") as scratch:
-            writer = _record(host, Path(scratch) / "tree", names)
+            writer = _record(host, recording, Path(scratch) / "tree", names)
             _write_tarball(Path(scratch) / "tree", output)
     else:
         _prepare_directory(output)
-        writer = _record(host, output, names)
+        writer = _record(host, recording, output, names)
     return SnapshotResult(output, result, writer.files, writer.links, writer.directories, tuple(writer.notes))
 
 
-def _record(host: RecordingHostFS, tree: Path, sources: list[str]) -> _TreeWriter:
+def _record(host: HostFS, recording: Recording, tree: Path, sources: list[str]) -> _TreeWriter:
     tree.mkdir(parents=True, exist_ok=True)
     writer = _TreeWriter(host.root, tree)
     try:
-        _materialise(host, writer)
-        _write_live_facts(host, writer, sources)
+        _materialise(recording, writer)
+        _write_live_facts(host, recording, writer, sources)
         (tree / NOTES_NAME).write_text(_notes_text(host.root, sources, writer.notes))
     except OSError as exc:
         raise SnapshotError(f"{tree}: cannot write the snapshot: {exc.strerror or exc}") from exc

@@ -5,18 +5,14 @@
 
 How the baseline (the floor) is built, printed with the figures too:
 
-1. One discovery pass runs on a ``TracingHostFS``: every operation a source asks of the seam
-   is logged as it happens, with its kind — *read* this file, *list* this directory, *read
-   this link*, *does this exist / is it a directory / a file / a link*, *resolve this path* —
-   never re-derived from what the path turns out to be.  Only the outermost seam call counts
-   (``read_attr`` -> ``read_text`` -> ``read_bytes`` is one read).
+1. One discovery pass runs on a seam whose recorder (``HostFS(root, recorder=...)``) logs every
+   operation as the seam performs it: *read* this file, *list* this directory, *read this
+   link* (a source's, or one the seam's walk follows), *stat* this path.
 2. The floor replays exactly that list with the cheapest syscalls that do each job, the kernel
-   resolving every path itself (no Python resolver, no checks): each distinct parent directory
-   opened once (``O_PATH``) and every leaf looked up relative to it, then ``open``+one
-   ``read``+``close`` per file read (failed opens included where discovery asked for a missing
-   file), ``open``+``getdents`` per listing, ``readlinkat``, ``fstatat``, and one
-   ``readlinkat`` of the leaf per resolution (a device link's target joined to its parent is the
-   answer; the kernel has already resolved the parent).
+   resolving every path itself (no containment, no file-type check, no parsing): each distinct
+   parent directory opened once (``O_PATH``) and every leaf looked up relative to it, then
+   ``open``+one ``read``+``close`` per file read (failed opens included where discovery asked
+   for a missing file), ``open``+``getdents`` per listing, ``readlinkat``, ``fstatat``.
 3. Discovery and the floor run alternately in this process, ``--runs`` times each, and the
    same again per source (each source's own operation list), so both see the same cache and
    machine state; every other run the floor goes first, so neither always finds the other's
@@ -26,13 +22,10 @@ How the baseline (the floor) is built, printed with the figures too:
    chose to do (target: <= 2.5x and <= 60 ms a pass on dgx-usb-lab).
 
 Alongside: the syscalls discovery really issued for that pass (counted by wrapping the ``os``
-and ``ctypes`` calls of ``agent.hostfs``), so redundant work (a second read per file, a stat
-before every open, failed opens) shows up even though the floor does not pay for it; and the
-whole-process CLI time (``python -m agent discover`` on the same root) next to the bare
-interpreter start-up.  ``--fstat-cost`` also times the pass with ``agent.hostfs``'s per-file
-``fstat`` stubbed out (measurement only: that check is what refuses FIFOs and device nodes) and
-says whether that pass found the same result.  Prints numbers; never asserts (timings on shared
-machines are noisy).
+calls of ``agent.hostfs``), so redundant work (a second read per file, a stat before every
+open, failed opens) shows up even though the floor does not pay for it; and the whole-process
+CLI time (``python -m agent discover`` on the same root) next to the bare interpreter
+start-up.  Prints numbers; never asserts (timings on shared machines are noisy).
 """
 
 from __future__ import annotations
@@ -49,91 +42,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import agent.cli  # noqa: E402,F401  (what `node-feature-agent run` imports: see as_the_agent_process)
-import agent.commands.run  # noqa: E402,F401
+import kubernetes.client  # noqa: E402,F401
+
+import agent.cli  # noqa: E402  (what `node-feature-agent run` imports: see as_the_agent_process)
+import agent.commands.run  # noqa: E402
 import agent.hostfs as hostfs_module  # noqa: E402
 import agent.runtime.agent  # noqa: E402,F401
-import kubernetes.client  # noqa: E402,F401
 from agent.discovery import DiscoveryConfig, discover  # noqa: E402
 from agent.hostfs import MAX_ATTR_BYTES, HostFS  # noqa: E402
 from agent.sources import SOURCE_NAMES  # noqa: E402
 
-#: seam method -> the floor operation it asks for
-_TRACED = {
-    "read_bytes": "read", "listdir": "list", "entries": "scan", "readlink": "readlink",
-    "exists": "lstat", "is_link": "lstat", "is_dir": "stat", "is_file": "stat", "resolve": "resolve",
-}
-
-
-class TracingHostFS(HostFS):
-    """A :class:`HostFS` that logs ``(floor operation, host path, max bytes)`` per outermost call."""
-
-    def __init__(self, root):
-        super().__init__(root)
-        self.ops: list[tuple[str, str, int]] = []
-        self._depth = 0
-
-
-def _traced(method_name: str, kind: str):
-    base = getattr(HostFS, method_name)
-
-    def method(self, host_path, *args, **kwargs):
-        if self._depth == 0:
-            size = (args[0] if args else kwargs.get("max_bytes", MAX_ATTR_BYTES)) if kind == "read" else 0
-            self.ops.append((kind, host_path, size))
-        self._depth += 1
-        try:
-            return base(self, host_path, *args, **kwargs)
-        finally:
-            self._depth -= 1
-
-    method.__name__ = method_name
-    return method
-
-
-for _name, _kind in _TRACED.items():
-    if hasattr(HostFS, _name):
-        setattr(TracingHostFS, _name, _traced(_name, _kind))
-
-
-def _traced_read_attrs(self, directory, names):
-    """``read_attrs`` is one read per file named (it opens each relative to the directory)."""
-    names = list(names)
-    if self._depth == 0:
-        base = directory.rstrip("/")
-        self.ops.extend(("read", f"{base}/{name}", MAX_ATTR_BYTES) for name in names)
-    self._depth += 1
-    try:
-        return HostFS.read_attrs(self, directory, names)
-    finally:
-        self._depth -= 1
-
-
-def _traced_link_names(self, directory, names):
-    """``link_names`` is one readlink per entry named."""
-    names = list(names)
-    if self._depth == 0:
-        base = directory.rstrip("/")
-        self.ops.extend(("readlink", f"{base}/{name}", 0) for name in names)
-    self._depth += 1
-    try:
-        return HostFS.link_names(self, directory, names)
-    finally:
-        self._depth -= 1
-
-
-TracingHostFS.read_attrs = _traced_read_attrs
-TracingHostFS.link_names = _traced_link_names
-TracingHostFS._plain_links = False
-# the overrides above were set after the class was made: read_attrs must see them (one file at
-# a time through the traced read_bytes is what it does for any subclass that overrides a read)
-TracingHostFS._plain_reads = False
+#: seam operation (the recorder's) -> the floor operation it asks for
+_FLOOR = {"read": "read", "list": "list", "readlink": "readlink", "stat": "stat"}
 
 
 def record(root: Path, config: DiscoveryConfig, sources: list[str] | None = None) -> list[tuple[str, str, int]]:
-    host = TracingHostFS(root)
-    discover(host, config, sources)
-    return host.ops
+    """``(floor operation, host path, max bytes)`` for every operation one pass performed, as
+    the seam's recorder sees them (each link its walk read included)."""
+    ops: list[tuple[str, str, int]] = []
+
+    def trace(operation: str, host_path: str, outcome: object) -> None:
+        ops.append((_FLOOR[operation], host_path, MAX_ATTR_BYTES if operation == "read" else 0))
+
+    discover(HostFS(root, recorder=trace), config, sources)
+    return ops
 
 
 def floor_plan(root: Path, ops: list[tuple[str, str, int]]) -> list[tuple[str, str, str, int]]:
@@ -200,8 +132,8 @@ def run_floor(plan: list[tuple[str, str, str, int]]) -> None:
 class _CountingOs:
     """Stands in for ``os`` inside ``agent.hostfs`` for one pass, counting the syscalls made."""
 
-    CALLS = {"open", "read", "close", "fstat", "stat", "lstat", "listdir", "scandir", "readlink"}
-    PATH_CALLS = {"islink", "isdir", "isfile", "exists", "lexists"}  # one stat/lstat each
+    CALLS = frozenset({"open", "read", "close", "fstat", "stat", "lstat", "listdir", "scandir", "readlink"})
+    PATH_CALLS = frozenset({"islink", "isdir", "isfile", "exists", "lexists"})  # one stat/lstat each
 
     def __init__(self, real_os, counts: Counter):
         self._os = real_os
@@ -244,55 +176,11 @@ def count_syscalls(root: Path, config: DiscoveryConfig) -> Counter:
     counts: Counter = Counter()
     real_os = hostfs_module.os
     hostfs_module.os = _CountingOs(real_os, counts)
-    syscall = getattr(hostfs_module, "_SYSCALL", None)
-    if syscall is not None:  # the openat2 path calls the kernel through ctypes
-        def counted(*args):
-            counts["openat2"] += 1
-            return syscall(*args)
-        hostfs_module._SYSCALL = counted
     try:
         discover(HostFS(root), config)
     finally:
         hostfs_module.os = real_os
-        if syscall is not None:
-            hostfs_module._SYSCALL = syscall
     return counts
-
-
-class _FstatStubbed:
-    """While active, ``agent.hostfs`` reads files without the per-file ``fstat`` (a copy of ``os``
-    whose ``fstat`` answers "regular file of 1 byte" without a syscall; ``HostFS._stat``, which
-    answers ``is_dir`` of a link with a real ``fstat``, keeps the real one).  What the pass would
-    cost without the check that refuses FIFOs and device nodes: measurement only, never a way to
-    run discovery."""
-
-    def __init__(self):
-        import types
-
-        self.stub = types.ModuleType("os")
-        self.stub.__dict__.update(os.__dict__)
-        regular = os.stat_result((0o100644, 0, 0, 1, 0, 0, 1, 0, 0, 0))
-        self.stub.fstat = lambda fd: regular
-        real_stat = HostFS._stat
-
-        def _stat(host, norm):
-            hostfs_module.os = os
-            try:
-                return real_stat(host, norm)
-            finally:
-                hostfs_module.os = self.stub
-
-        self.real_stat, self.stat = real_stat, _stat
-
-    def __enter__(self):
-        hostfs_module.os, HostFS._stat = self.stub, self.stat
-
-    def __exit__(self, *exc):
-        hostfs_module.os, HostFS._stat = os, self.real_stat
-
-
-def _plain_result(root: Path, config: DiscoveryConfig) -> dict:
-    return discover(HostFS(root), config).to_json()
 
 
 def cli_seconds(root: Path, runs: int) -> tuple[float, float]:
@@ -339,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", help="any host root instead of a fixture ('/' = this machine)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--cli-runs", type=int, default=5, help="0 skips the whole-process timing")
-    parser.add_argument("--fstat-cost", action="store_true",
-                        help="also time the pass with the per-file fstat stubbed out (measurement only)")
     args = parser.parse_args(argv)
     root = Path(args.root) if args.root else REPO / "fixtures" / "sysfs" / args.case
     config = DiscoveryConfig(node_name="bench-node")
@@ -355,13 +241,6 @@ def main(argv: list[str] | None = None) -> int:
     source_s: dict[str, list[float]] = defaultdict(list)
     source_floor_s: dict[str, list[float]] = defaultdict(list)
     result = None
-    stubbed_s: list[float] = []
-    stubbed = _FstatStubbed() if args.fstat_cost else None
-    same_result = None
-    if stubbed is not None:
-        plain = _plain_result(root, config)
-        with stubbed:
-            same_result = _plain_result(root, config) == plain
     for run in range(args.runs):
         # counterbalanced: every other run the floor goes first, so neither side always runs right
         # after the other has just touched the same files (warm dentries and caches for the second)
@@ -373,9 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         discover_s.append(time.perf_counter() - started)
         if not floor_first:
             floor_s.append(timed(run_floor, plan))
-        if stubbed is not None:
-            with stubbed:
-                stubbed_s.append(timed(discover, HostFS(root), config))
         for name in SOURCE_NAMES:
             if floor_first:
                 source_floor_s[name].append(timed(run_floor, per_source_plan[name]))
@@ -387,14 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     f_med, f_p90 = summary(floor_s)
     kinds = Counter(kind for kind, _, _ in ops)
     print(f"case: {root if args.root else args.case}   runs: {args.runs}   python: {sys.version.split()[0]}")
-    print("baseline: the seam operations one discovery pass performed (recorded by a tracing HostFS, outermost "
-          "call only), replayed as bare syscalls, the kernel resolving each path, every distinct parent directory "
-          "opened once and leaves looked up relative to it (open+read+close, open+getdents, readlinkat, fstatat, "
-          "readlinkat of the leaf for a resolution), interleaved with discovery in this process (every other run "
-          "the floor goes first)")
+    print("baseline: the seam operations one discovery pass performed (as the seam's recorder sees them, each "
+          "link its walk follows included), replayed as bare syscalls, the kernel resolving each path, every "
+          "distinct parent directory opened once and leaves looked up relative to it (open+read+close, "
+          "open+getdents, readlinkat, fstatat), interleaved with discovery in this process (every other run the "
+          "floor goes first)")
     print(f"process: as the agent's (what `run` imports, the kubernetes client included; start-up heap frozen as "
           f"`run` freezes it: {frozen} objects), so a pass's garbage collections are the agent's")
-    print(f"operations per pass: {len(ops)} ({len(set((k, p) for k, p, _ in ops))} distinct): "
+    print(f"operations per pass: {len(ops)} ({len({(k, p) for k, p, _ in ops})} distinct): "
           + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
     print(f"syscalls discovery issued for them: {sum(syscalls.values())}: "
           + ", ".join(f"{name} {n}" for name, n in sorted(syscalls.items())))
@@ -407,16 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"discover (all sources): median {d_med * 1000:.1f} ms   p90 {d_p90 * 1000:.1f} ms")
     print(f"floor (same operations): median {f_med * 1000:.1f} ms   p90 {f_p90 * 1000:.1f} ms")
     print(f"ratio discover/floor (medians): {d_med / f_med:.2f}x   (target: <= 2.5x and <= 60 ms on dgx-usb-lab)")
-    pairs = sorted(d / f for d, f in zip(discover_s, floor_s))
+    pairs = sorted(d / f for d, f in zip(discover_s, floor_s, strict=True))
     quartiles = statistics.quantiles(pairs, n=4) if len(pairs) >= 4 else [pairs[0], 0, pairs[-1]]
     print(f"  per pair (each pass / the floor run next to it): median {statistics.median(pairs):.2f}x, "
           f"quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}x, {sum(r <= 2.5 for r in pairs)} of {len(pairs)} "
           "pairs <= 2.5x (a pair shares the machine's state of that moment)")
-    if stubbed_s:
-        s_med = statistics.median(stubbed_s)
-        print(f"  measurement only: the same pass with agent.hostfs's fstat stubbed out (no check that a file is "
-              f"regular, no size): median {s_med * 1000:.1f} ms, {s_med / f_med:.2f}x; the check costs "
-              f"{(d_med - s_med) * 1000:.1f} ms (stubbed pass found the same result: {'yes' if same_result else 'NO'})")
     print("per source: discover ms / floor ms / ratio / operations")
     for name in SOURCE_NAMES:
         s_med = statistics.median(source_s[name])

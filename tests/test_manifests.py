@@ -323,7 +323,7 @@ def test_every_host_file_discovery_reads_is_mounted(case):
     """A source reading a host path the DaemonSet does not mount would see nothing in a pod."""
     root = FIXTURES / case
     read: set[str] = set()
-    host = HostFS(root, recorder=read.add)
+    host = HostFS(root, recorder=lambda operation, path, outcome: read.add(path))
     discover(host, DiscoveryConfig())
     from agent.sources.cpu import LIVE_FACTS_PATH  # written by snapshot, never on a real host
     from agent.sources.cpu_ownproc import OWN_PROC_FILES  # kernel-wide: read from the agent's own /proc in a pod

@@ -27,9 +27,11 @@ ALL = None
 
 
 def _reads(rule: Rule, features: Iterable[str]) -> bool:
+    """Whether a term of ``rule`` reads one of ``features`` (``pci.*``: any of that source's)."""
     names = set(features)
+    sources = tuple(name[:-1] for name in names if name.endswith(".*"))
     terms = list(rule.match_features) + [t for branch in rule.match_any for t in branch.terms]
-    return any(term.feature in names for term in terms)
+    return any(term.feature in names or term.feature.startswith(sources) for term in terms)
 
 
 def _reading_rules(catalogue: Catalogue | None, undetermined: Mapping[str, Iterable[str]]) -> list[Rule]:

@@ -98,7 +98,12 @@ def fingerprints(host: HostFS) -> dict[str, str]:
             if subsystem == "platform":  # device-tree overlays add nodes one level down
                 for name in names[:MAX_DT_CHILDREN]:
                     child = f"{path}/{name}"
-                    if host.is_dir(child):
+                    try:
+                        nested = host.is_dir(child)
+                    except HostFileError as err:  # unreadable counts as a state of its own
+                        digest.update(f"{child}:!{err}\n".encode())
+                        continue
+                    if nested:
                         digest.update(f"{child}:{','.join(_listing(host, child))}\n".encode())
         out[subsystem] = digest.hexdigest()
     for subsystem, paths in POLL_FILES.items():

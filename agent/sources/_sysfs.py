@@ -1,17 +1,24 @@
-"""Helpers the bus sources (pci, usb, devicetree, network, storage) share.
+"""What the sources share: reading host files while recording every failure, and NFD's
+device-label recipe.
 
-Two jobs only: reading sysfs attributes while *recording* every failure as a
-:class:`SourceError` (so nothing is swallowed and one bad file never stops a scan), and
-NFD's device-label recipe (hex-ID checks, class whitelist prefix match, label fields in
-canonical order) that the PCI and USB sources both follow (``source/pci/pci.go``,
+Reading: :class:`AttributeReader` turns each failure into a :class:`SourceError` (nothing is
+swallowed, one bad file never stops a scan) and keeps count of the reads that *failed* — the
+file is there and could not be read (``HostFileError.unreadable``: permissions, I/O, a FIFO
+where a file should be, ``EMFILE``) — as opposed to a file that is absent or holds junk.
+A failed read is no evidence of anything, so what it decides is undetermined:
+:meth:`AttributeReader.deciding` marks a feature so when a read inside it failed, and the
+caller keeps its earlier answer (``SourceResult.undetermined``).
+
+The device-label recipe (hex-ID checks, class whitelist prefix match, label fields in
+canonical order) is the one the PCI and USB sources both follow (NFD ``source/pci/pci.go``,
 ``source/usb/usb.go``).
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 from agent.features import SourceError
 from agent.hostfs import HostFileError, HostFS
@@ -33,8 +40,6 @@ def hex_digits(raw: str, digits: int, *, prefixed: bool) -> str:
     exact because a wrong length means the file is not what we think it is.
     """
     text = raw[2:] if prefixed and raw[:2] in ("0x", "0X") else raw
-    # all hex digits: nothing left once they are stripped (str.strip is one C loop; the
-    # regex it replaced was a fifth of a PCI function's checks)
     if len(text) != digits or text.strip(_HEX_CHARS):
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
         raise MalformedId(f"not a {digits}-digit hex ID: {shown!r}")
@@ -44,16 +49,6 @@ def hex_digits(raw: str, digits: int, *, prefixed: bool) -> str:
 def is_decimal(text: str, *, allow_negative: bool = False) -> bool:
     body = text[1:] if allow_negative and text.startswith("-") else text
     return body.isascii() and body.isdigit() and len(body) <= 19
-
-
-def first_whitelisted(device_class: str, whitelist: Iterable[str]) -> str | None:
-    """The first whitelist entry that is a (lowercased) prefix of ``device_class``, as NFD matches."""
-    if not device_class:
-        return None
-    for entry in whitelist:
-        if device_class.startswith(str(entry).lower()):
-            return entry
-    return None
 
 
 def canonical_label_fields(
@@ -82,15 +77,36 @@ def oserror_errno(exc: HostFileError) -> int | None:
 
 
 class AttributeReader:
-    """Reads sysfs attributes for one source, turning each failure into a ``SourceError``."""
+    """Reads host files for one source: each failure a ``SourceError``, each failed read
+    counted (``unread``) so that what it decides can be marked undetermined."""
 
-    def __init__(self, host: HostFS, source: str):
+    def __init__(self, host: HostFS, source: str) -> None:
         self.host = host
         self.source = source
         self.errors: list[SourceError] = []
+        self.unread = 0
+        #: feature -> the label keys it decides, for each feature a failed read left undetermined
+        self.undetermined: dict[str, tuple[str, ...]] = {}
 
     def error(self, path: str, message: str) -> None:
         self.errors.append(SourceError(self.source, path, message))
+
+    def failure(self, exc: HostFileError, message: str = "", path: str = "") -> None:
+        """Report ``exc`` (``message`` in place of ``unreadable: <reason>``); a read that
+        failed, not one that found junk, is counted."""
+        self.error(path or exc.host_path, message or f"unreadable: {exc.reason}")
+        if exc.unreadable:
+            self.unread += 1
+
+    @contextmanager
+    def deciding(self, feature: str, *keys: str) -> Iterator[None]:
+        """Reads that decide ``feature`` (and the label keys it gives; ``prefix*`` for keys no
+        one can name, such as an unreadable device's): if one of them failed, the feature is
+        undetermined this pass."""
+        before = self.unread
+        yield
+        if self.unread > before:
+            self.undetermined[feature] = tuple(dict.fromkeys((*self.undetermined.get(feature, ()), *keys)))
 
     def attr(self, path: str, *, absent_errnos: tuple[int, ...] = ()) -> str | None:
         """The stripped attribute, ``None`` when missing; unreadable -> error + ``None``.
@@ -101,32 +117,20 @@ class AttributeReader:
         try:
             return self.host.read_attr(path)
         except HostFileError as exc:
-            if oserror_errno(exc) in absent_errnos:
-                return None
-            self.error(path, f"unreadable: {exc.reason}")
+            if oserror_errno(exc) not in absent_errnos:
+                self.failure(exc, path=path)
             return None
-
-    def required(self, path: str, consequence: str) -> str | None:
-        """A mandatory attribute: its value, or ``None`` after one error ending in ``consequence``.
-
-        Tells a device that vanished mid-scan (its directory is gone too) apart from one
-        that simply lacks the file.
-        """
-        try:
-            value = self.host.read_attr(path)
-        except HostFileError as exc:
-            return self.required_value(path, None, exc, consequence)
-        return self.required_value(path, value, None, consequence)
 
     def required_value(self, path: str, value: str | None, failure: HostFileError | None,
                        consequence: str) -> str | None:
-        """:meth:`required`'s checks on a value already read (by :meth:`HostFS.read_attrs`):
-        ``failure`` is its read error, if any."""
+        """A mandatory attribute already read (``failure``: its read error): its value, or
+        ``None`` after one error ending in ``consequence``. Tells a device that vanished
+        mid-scan (its directory is gone too) apart from one that lacks the file."""
         if failure is not None:
-            self.error(path, f"unreadable ({failure.reason}); {consequence}")
+            self.failure(failure, f"unreadable ({failure.reason}); {consequence}", path)
             return None
         if value is None:
-            gone = not self.host.is_dir(posixpath.dirname(path))
+            gone = not self.is_dir(path.rpartition("/")[0] or "/")
             self.error(path, f"{'device vanished during scan' if gone else 'missing'}; {consequence}")
             return None
         if not value:
@@ -134,62 +138,63 @@ class AttributeReader:
             return None
         return value
 
-    def read_attrs(self, directory: str, names: Iterable[str]) -> "PrefetchedAttrs":
-        """Several files of one directory read together (:meth:`HostFS.read_attrs`)."""
-        values, failures = self.host.read_attrs(directory, names)
-        return PrefetchedAttrs(self, values, failures)
-
-    def link_name(self, path: str) -> str | None:
-        """Basename of a symlink's target (``driver`` -> ``nvidia``), ``None`` if not a link."""
-        return self.host.link_name(path)
-
-    def resolve(self, path: str) -> str | None:
-        """Host path with links followed; ``None`` (and an error) on a link loop."""
-        try:
-            return self.host.resolve(path)
-        except HostFileError as exc:
-            self.error(path, f"cannot resolve: {exc.reason}")
-            return None
+    def attrs(self, directory: str, names: Iterable[str]) -> tuple[dict[str, str | None], dict[str, HostFileError]]:
+        """Several files of one directory (``HostFS.read_attrs``); failures are the caller's
+        to report, in its own order, through :meth:`failure`."""
+        return self.host.read_attrs(directory, names)
 
     def listdir(self, path: str) -> list[str]:
         """Entries of a directory; ``[]`` when it is missing, error + ``[]`` when unlistable."""
         try:
             return self.host.listdir(path)
         except HostFileError as exc:
-            self.error(path, f"unlistable: {exc.reason}")
+            self.failure(exc, f"unlistable: {exc.reason}", path)
             return []
-
-    def entries(self, path: str) -> dict[str, bool]:
-        """Entry name -> is a link, from one listing; ``{}`` when missing, error + ``{}`` when
-        unlistable (a directory the source then treats as empty)."""
-        try:
-            return self.host.entries(path)
-        except HostFileError as exc:
-            self.error(path, f"unlistable: {exc.reason}")
-            return {}
 
     def glob(self, pattern: str) -> list[str]:
         """Host paths matching ``pattern``; error + ``[]`` when its directory is unlistable."""
         try:
             return self.host.glob(pattern)
         except HostFileError as exc:
-            self.error(exc.host_path, f"unlistable: {exc.reason}")
+            self.failure(exc, f"unlistable: {exc.reason}")
             return []
 
-
-
-class PrefetchedAttrs:
-    """Files of one directory read in one go, handed out one by one as :meth:`AttributeReader.attr`
-    would (a read failure becomes an error when the value is asked for, in the caller's order)."""
-
-    def __init__(self, reader: AttributeReader, values: dict[str, str | None], failures: dict[str, HostFileError]):
-        self.reader = reader
-        self.values = values
-        self.failures = failures
-
-    def attr(self, name: str) -> str | None:
-        failure = self.failures.get(name)
-        if failure is not None:
-            self.reader.error(failure.host_path, f"unreadable: {failure.reason}")
+    def resolve(self, path: str) -> str | None:
+        """Host path with links followed; ``None`` (and an error) on a loop or failed read."""
+        try:
+            return self.host.resolve(path)
+        except HostFileError as exc:
+            self.failure(exc, f"cannot resolve: {exc.reason}", path)
             return None
-        return self.values.get(name)
+
+    def link_name(self, path: str) -> str | None:
+        """Basename of a symlink's target (``driver`` -> ``nvidia``), ``None`` if not a link."""
+        try:
+            return self.host.link_name(path)
+        except HostFileError as exc:
+            self.failure(exc, path=path)
+            return None
+
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` is a directory; a failed look is reported and counted (``False``)."""
+        try:
+            return self.host.is_dir(path)
+        except HostFileError as exc:
+            self.failure(exc, path=path)
+            return False
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists; a failed look is reported and counted (``False``)."""
+        try:
+            return self.host.exists(path)
+        except HostFileError as exc:
+            self.failure(exc, path=path)
+            return False
+
+    def is_link(self, path: str) -> bool:
+        """Whether ``path`` itself is a symlink; a failed look is reported and counted (``False``)."""
+        try:
+            return self.host.is_link(path)
+        except HostFileError as exc:
+            self.failure(exc, path=path)
+            return False

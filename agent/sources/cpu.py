@@ -16,8 +16,7 @@ riscv64 and loongarch64 get the model NFD's code gives where nothing is read
 from __future__ import annotations
 
 import logging
-
-from typing import Mapping
+from collections.abc import Callable, Mapping
 
 from agent.features import ElementNames, Feature, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
@@ -28,8 +27,17 @@ from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 from agent.sources.cpu_model import model_attributes
 from agent.sources.cpu_ownproc import AT_HWCAP, AT_HWCAP2, AUXV, AuxvError, kernel_file, parse_auxv
-from agent.sources.cpu_sysfs import (CPU_SYSFS, NX_GZIP_CAPS, CpuProbe, coprocessor, cstate, pstate, rdt, security,
-                                     topology)
+from agent.sources.cpu_sysfs import (
+    CPU_SYSFS,
+    NX_GZIP_CAPS,
+    CpuProbe,
+    coprocessor,
+    cstate,
+    pstate,
+    rdt,
+    security,
+    topology,
+)
 
 NAME = "cpu"
 FEATURES: Mapping[str, ElementNames] = {
@@ -47,7 +55,7 @@ FEATURES: Mapping[str, ElementNames] = {
     "arm32": frozenset({"variant"}),  # ours: agent.sources.cpu_arm32
 }
 """The features this source can produce and their element names (``agent.features.ElementNames``)."""
-__all__ = ["NAME", "discover", "LIVE_FACTS_PATH", "live_cpu_facts"]
+__all__ = ["FEATURES", "LIVE_FACTS_PATH", "NAME", "Config", "discover", "live_cpu_facts"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +67,10 @@ _CPUINFO_READ_LIMIT = 256 * 1024  # a processor block is a few KiB even with eve
 _NO_FLAG_LINE = ("ppc64", "riscv64", "loongarch64")
 
 
-def discover(host: HostFS, config: Config = Config()) -> SourceResult:
+_DEFAULT_CONFIG = Config()
+
+
+def discover(host: HostFS, config: Config = _DEFAULT_CONFIG) -> SourceResult:
     probe = CpuProbe(host)
     block, origin = _cpuinfo_block(probe)
     features: dict[str, Feature] = {}
@@ -89,15 +100,31 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         for key, value in model_attrs.items():
             _put(labels, origins, f"model.{key}", value, origin)
 
-    undetermined: dict[str, tuple[str, ...]] = {}
-    for name, attrs, path in (("cstate", cstate(probe), f"{CPU_SYSFS}/cpuidle"),
-                              ("pstate", pstate(probe), f"{CPU_SYSFS}/intel_pstate"),
-                              ("security", security(probe, arch, flags), "/sys/module"),
-                              ("topology", topology(probe), "/sys/bus/cpu/devices"),
-                              ("rdt", rdt(arch, block.raw_flags), origin),
-                              ("coprocessor", coprocessor(probe, arch), NX_GZIP_CAPS)):
+    _sysfs_features(probe, arch, flags, block, origin, features, labels, origins)
+    arm32, arm32_origin = arm32_attributes(probe, block, origin)
+    if arm32 is None:
+        probe.undetermined["arm32"] = ()
+    elif arm32:
+        features["arm32"] = Feature(attributes=arm32, origin=arm32_origin)
+    return SourceResult(NAME, features, labels, probe.errors, origins, probe.undetermined)
+
+
+def _sysfs_features(probe: CpuProbe, arch: str, flags: frozenset[str], block: CpuInfoBlock, origin: str,
+                    features: dict[str, Feature], labels: dict[str, str], origins: dict[str, str]) -> None:
+    """NFD's sysfs-based cpu features into ``features`` and their labels; a feature whose read
+    failed is undetermined (``probe.undetermined``), with the labels it gives."""
+    collectors: tuple[tuple[str, Callable[[], dict[str, str] | None], str, str], ...] = (
+        ("cstate", lambda: cstate(probe), f"{CPU_SYSFS}/cpuidle", "cstate.*"),
+        ("pstate", lambda: pstate(probe), f"{CPU_SYSFS}/intel_pstate", "pstate.*"),
+        ("security", lambda: security(probe, arch, flags), "/sys/module", "security.*"),
+        ("topology", lambda: topology(probe), "/sys/bus/cpu/devices", "hardware_multithreading"),
+        ("rdt", lambda: rdt(arch, block.raw_flags), origin, ""),
+        ("coprocessor", lambda: coprocessor(probe, arch), NX_GZIP_CAPS, "coprocessor.*"))
+    for name, collect, path, decides in collectors:
+        with probe.deciding(name, nfd_label(NAME, decides)):
+            attrs = collect()
         if attrs is None:  # topology, a read failed: unknown this pass, not absent (a caller keeps its last answer)
-            undetermined[name] = (nfd_label(NAME, "hardware_multithreading"),)
+            probe.undetermined[name] = (nfd_label(NAME, decides),)
             continue
         if not attrs:
             continue
@@ -112,12 +139,6 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
                 continue
             else:
                 _put(labels, origins, f"{name}.{key}", value, path)
-    arm32, arm32_origin = arm32_attributes(probe, block, origin)
-    if arm32 is None:
-        undetermined["arm32"] = ()
-    elif arm32:
-        features["arm32"] = Feature(attributes=arm32, origin=arm32_origin)
-    return SourceResult(NAME, features, labels, probe.errors, origins, undetermined)
 
 
 def _put(labels: dict[str, str], origins: dict[str, str], key: str, value: str, origin: str) -> None:
@@ -132,7 +153,11 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
         data = probe.host.read_bytes(CPUINFO, _CPUINFO_READ_LIMIT)
     except HostFileError as exc:
         data = None
-        probe.error(CPUINFO, "missing" if exc.missing else f"unreadable: {exc.reason}")
+        if exc.missing:
+            probe.error(CPUINFO, "missing")
+        else:
+            probe.failure(exc)
+            probe.undetermined.update({"cpuid": (nfd_label(NAME, "cpuid.*"),), "model": (nfd_label(NAME, "model.*"),)})
     if data is not None:
         truncated = len(data) >= _CPUINFO_READ_LIMIT
         end = len(data)  # what is parsed is data[:end] (no copy of the 256 KiB read)
@@ -171,7 +196,8 @@ def _ppc_hwcaps(probe: CpuProbe) -> tuple[frozenset[str], str]:
     try:
         data, where = kernel_file(probe.host, AUXV, 4096)
     except HostFileError as exc:
-        probe.error(AUXV, f"unreadable: {exc.reason}; no cpu-cpuid flags")
+        probe.failure(exc, f"unreadable: {exc.reason}; no cpu-cpuid flags", AUXV)
+        probe.undetermined["cpuid"] = (nfd_label(NAME, "cpuid.*"),)
         return frozenset(), AUXV
     if data is None:
         probe.error(AUXV, "missing; ppc64 cpuinfo has no feature list, so no cpu-cpuid flags")

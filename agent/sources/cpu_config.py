@@ -8,8 +8,8 @@ keeps every flag whatever the filter says, as in NFD.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from agent.sources._config import nfd_option
 

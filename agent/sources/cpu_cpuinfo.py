@@ -12,9 +12,9 @@ agent runs on, so a recording from any host replays exactly.  Pure functions, no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Mapping
 
 #: the architectures this module recognises (``""`` = a layout it does not know)
 ARCHES = ("x86", "arm64", "arm", "s390x", "ppc64", "riscv64", "loongarch64")
@@ -79,8 +79,8 @@ def parse_cpuinfo(text: str) -> CpuInfoBlock:
     """Parse the text; total (any text gives a block, maybe an empty one).
 
     Where the first block is a processor block with the feature line (x86, arm64, current
-    32-bit ARM), nothing after it matters and only that block is parsed: on a 256-CPU host the
-    whole file is about 400 KiB, parsing all of it costs ~3 ms a pass for nothing.
+    32-bit ARM), nothing after it matters and only that block is parsed (on a 256-CPU host the
+    file is about 400 KiB).
     """
     stripped = text.lstrip("\n")
     head = _parse_blocks(stripped.split("\n\n", 1)[0])

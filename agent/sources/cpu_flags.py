@@ -12,8 +12,8 @@ example) are derived from the flag the kernel only shows when the bit is usable.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import chain
-from typing import Mapping
 
 #: Linux x86 flag -> klauspost FeatureID name(s).  Only bits whose meaning is the same CPUID
 #: bit (or one Linux sets only when that bit is set) are listed; unknown flags are ignored.
@@ -84,27 +84,19 @@ X86_LEVELS = (_LEVEL1, _LEVEL2, _LEVEL3, _LEVEL4)
 #: arm64 hwcap names as Linux prints them -> NFD's names (``source/cpu/cpuid_linux_arm64.go``).
 ARM64_HWCAPS: Mapping[str, str] = {
     name: name.upper()
-    for name in (
-        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc "
-        "dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 "
-        "sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm svebf16 i8mm bf16 "
-        "dgh rng bti mte ecv afp rpres mte3 sme smei16i64 smef64f64 smei8i32 smef16f32 smeb16f32 smef32f32 "
-        "smefa64 wfxt ebf16 sveebf16"
-    ).split()
+    for name in ["fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "atomics", "fphp", "asimdhp", "cpuid", "asimdrdm", "jscvt", "fcma", "lrcpc", "dcpop", "sha3", "sm3", "sm4", "asimddp", "sha512", "sve", "asimdfhm", "dit", "uscat", "ilrcpc", "flagm", "ssbs", "sb", "paca", "pacg", "dcpodp", "sve2", "sveaes", "svepmull", "svebitperm", "svesha3", "svesm4", "flagm2", "frint", "svei8mm", "svef32mm", "svef64mm", "svebf16", "i8mm", "bf16", "dgh", "rng", "bti", "mte", "ecv", "afp", "rpres", "mte3", "sme", "smei16i64", "smef64f64", "smei8i32", "smef16f32", "smeb16f32", "smef32f32", "smefa64", "wfxt", "ebf16", "sveebf16"]
 }
 
 #: 32-bit ARM hwcap names (``cpuid_linux_arm.go``); note Linux's ``fastmult`` is NFD's FASTMUL.
 ARM32_HWCAPS: Mapping[str, str] = {
-    **{n: n.upper() for n in "swp half thumb 26bit fpa vfp edsp java iwmmxt crunch thumbee neon tls idiva "
-                              "idivt vfpd32 lpae evtstrm aes pmull sha1 sha2 crc32".split()},
+    **{n: n.upper() for n in ["swp", "half", "thumb", "26bit", "fpa", "vfp", "edsp", "java", "iwmmxt", "crunch", "thumbee", "neon", "tls", "idiva", "idivt", "vfpd32", "lpae", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32"]},
     "fastmult": "FASTMUL", "vfpv3": "VFPv3", "vfpv3d16": "VFPv3D16", "vfpv4": "VFPv4",
 }
 
 #: s390x hwcaps as Linux prints them (``hwcap_str`` in arch/s390/kernel/processor.c) -> NFD's
 #: names (``cpuid_linux_s390x.go``); NFD names the kernel's HWCAP_S390_HPAGE bit "EDAT" as Linux does.
 S390_HWCAPS: Mapping[str, str] = {
-    n: n.upper() for n in "esan3 zarch stfle msa ldisp eimm dfp edat etf3eh highgprs te vx vxd vxe gs vxe2 vxp "
-                           "sort dflt vxp2 nnpa pcimio sie".split()
+    n: n.upper() for n in ["esan3", "zarch", "stfle", "msa", "ldisp", "eimm", "dfp", "edat", "etf3eh", "highgprs", "te", "vx", "vxd", "vxe", "gs", "vxe2", "vxp", "sort", "dflt", "vxp2", "nnpa", "pcimio", "sie"]
 }
 
 #: ppc64 AT_HWCAP / AT_HWCAP2 bits -> NFD's names (``cpuid_linux_ppc64le.go``, bit values from
@@ -162,7 +154,8 @@ def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
         table = _X86_AMD_FLAGS if vendor in ("AMD", "Hygon") else X86_FLAGS
         names = list(map(table.get, raw_flags))
         out = set(chain.from_iterable(filter(None, names)))
-        unmapped = [flag for flag, found in zip(raw_flags, names) if not found and flag not in ("ssbd", "virt_ssbd")]
+        unmapped = [flag for flag, found in zip(raw_flags, names, strict=True)
+                    if not found and flag not in ("ssbd", "virt_ssbd")]
         out = x86_derived_flags(out, set(raw_flags), vendor, fields or {})
     elif arch in ("arm64", "arm", "s390x"):
         table = {"arm64": ARM64_HWCAPS, "arm": ARM32_HWCAPS, "s390x": S390_HWCAPS}[arch]
@@ -200,10 +193,10 @@ def x86_derived_flags(flags: set[str], raw: set[str], vendor: str, fields: Mappi
     """
     out = set(flags)
     family, model = _number(fields.get("cpu family", "")), _number(fields.get("model", ""))
-    if "AVX" in out and family is not None and model is not None:
-        if (vendor == "Intel" and family == 6 and model < 60) or (
-                vendor == "AMD" and (family < 23 or (family == 23 and model < 49))):
-            out.add("AVXSLOW")
+    if "AVX" in out and family is not None and model is not None and (
+            (vendor == "Intel" and family == 6 and model < 60)
+            or (vendor == "AMD" and (family < 23 or (family == 23 and model < 49)))):
+        out.add("AVXSLOW")
     if "ssbd" in raw and "virt_ssbd" not in raw:
         if vendor == "AMD":
             if family is not None and model is not None and (family > 0x17 or (family == 0x17 and model >= 0x30)):

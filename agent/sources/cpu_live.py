@@ -50,7 +50,7 @@ def _probe() -> dict[str, Any]:
         import cpuinfo
 
         info = cpuinfo.get_cpu_info()
-    except Exception as exc:  # py-cpuinfo runs helper processes and parses tool output; any failure = no facts
+    except Exception as exc:  # noqa: BLE001 - py-cpuinfo runs helpers and parses their output: any failure = no facts
         log.warning("py-cpuinfo failed, no live CPU facts: %s", exc)
         return {}
     facts: dict[str, Any] = {

@@ -103,7 +103,7 @@ def _s390x(block: CpuInfoBlock) -> tuple[str, dict[str, str]]:
 def _s390x_hypervisor(probe: AttributeReader) -> str | None:
     """``getHypervisorFromProcSysinfo``; ``None`` (no attribute, an error) when unreadable."""
     try:
-        data, where = kernel_file(probe.host, SYSINFO, _SYSINFO_LIMIT)
+        data, _where = kernel_file(probe.host, SYSINFO, _SYSINFO_LIMIT)
     except HostFileError as exc:
         probe.error(SYSINFO, f"unreadable: {exc.reason}; cpu-model.hypervisor not reported")
         return None

@@ -14,7 +14,6 @@ never mixed with the machine that replays it.
 
 from __future__ import annotations
 
-import os
 import struct
 
 from agent.hostfs import HostFileError, HostFS
@@ -54,9 +53,10 @@ def kernel_file(host: HostFS, path: str, max_bytes: int) -> tuple[bytes | None, 
 def host_root_is_this_kernel(host: HostFS) -> bool:
     """Whether the host root's ``/proc`` is the procfs of the kernel this process runs on."""
     try:
-        return os.stat(host.real_path("/proc/cpuinfo")).st_size == 0  # procfs files report 0
-    except (OSError, HostFileError):
+        status = host.stat("/proc/cpuinfo")
+    except HostFileError:
         return False
+    return status is not None and status.st_size == 0  # procfs files report 0
 
 
 def parse_auxv(data: bytes) -> dict[int, int]:

@@ -7,7 +7,7 @@ when it would have none; every unreadable file is a ``SourceError`` through :cla
 from __future__ import annotations
 
 from agent.hostfs import HostFileError, HostFS
-from agent.sources._sysfs import AttributeReader, PrefetchedAttrs
+from agent.sources._sysfs import AttributeReader
 
 CPU_SYSFS = "/sys/devices/system/cpu"
 #: Linux flag -> NFD ``cpu.rdt`` attribute (CPUID leaves 0x7/0xF/0x10 as the kernel reports them)
@@ -42,7 +42,7 @@ def _raw(probe: CpuProbe, path: str) -> bytes | None:
     try:
         return probe.host.read_bytes(path, 64)
     except HostFileError as exc:
-        probe.error(path, f"unreadable: {exc.reason}")
+        probe.failure(exc, path=path)
         return None
 
 
@@ -58,7 +58,7 @@ def cstate(probe: CpuProbe) -> dict[str, str]:
 def pstate(probe: CpuProbe) -> dict[str, str]:
     """intel_pstate status, turbo and the one scaling governor all policies agree on."""
     base = f"{CPU_SYSFS}/intel_pstate"
-    if not probe.host.is_dir(base):
+    if not probe.is_dir(base):
         return {}
     status = probe.attr(f"{base}/status")
     if not status or status == "off":
@@ -90,7 +90,7 @@ def security(probe: CpuProbe, arch: str, flags: frozenset[str]) -> dict[str, str
     s390x as security_s390x.go; true-only."""
     attrs: dict[str, str] = {}
     if arch == "s390x":
-        if probe.host.exists(PROT_VIRT_HOST) and _raw(probe, PROT_VIRT_HOST) == b"1\n":
+        if probe.exists(PROT_VIRT_HOST) and _raw(probe, PROT_VIRT_HOST) == b"1\n":
             attrs["se.enabled"] = "true"
         return attrs
     if "SGX" in flags:
@@ -148,20 +148,13 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
         return None if len(probe.errors) > errors_before else {}
     smt = False
     packages: set[str] = set()
-    # every CPU's topology/ opened once, through its /sys/bus/cpu/devices link, inside the root
-    topologies = probe.host.read_linked_children("/sys/bus/cpu/devices", cpus, "topology", _TOPOLOGY_FILES)
     # a CPU whose read failed ends the loop (a failed file is None below), so no error is added
     # before the CPU that decides: counted once
     errors_at = len(probe.errors)
     for cpu in cpus:
-        values, failures = topologies[cpu]
-        if failures:  # each reported as PrefetchedAttrs.attr reports it, in the same order
-            files = PrefetchedAttrs(probe, values, failures)
-            siblings = files.attr("thread_siblings_list")
-            package = files.attr("physical_package_id")
-        else:
-            siblings = values.get("thread_siblings_list")
-            package = values.get("physical_package_id")
+        values, failures = probe.attrs(f"/sys/bus/cpu/devices/{cpu}/topology", _TOPOLOGY_FILES)
+        siblings = values.get("thread_siblings_list")
+        package = values.get("physical_package_id")
         if siblings is None or package is None:
             if _offline(probe, cpu):
                 # the kernel removes an offline CPU's topology/ (drivers/base/topology.c,
@@ -169,6 +162,9 @@ def topology(probe: CpuProbe) -> dict[str, str] | None:
                 # all.  A known state of the host, not a failed read: determined, no labels.
                 del probe.errors[errors_at:]
                 return {}
+            for name in _TOPOLOGY_FILES:
+                if name in failures:
+                    probe.failure(failures[name])
             probe.error(f"/sys/bus/cpu/devices/{cpu}/topology",
                         "topology incomplete; hardware_multithreading not determined this pass")
             return None
@@ -196,4 +192,4 @@ def rdt(arch: str, raw_flags: list[str]) -> dict[str, str]:
 
 def coprocessor(probe: CpuProbe, arch: str) -> dict[str, str]:
     """``nx_gzip`` on ppc64 when the NX GZIP capabilities file exists."""
-    return {"nx_gzip": "true"} if arch == "ppc64" and probe.host.exists(NX_GZIP_CAPS) else {}
+    return {"nx_gzip": "true"} if arch == "ppc64" and probe.exists(NX_GZIP_CAPS) else {}

@@ -18,16 +18,16 @@ Features:
 Properties are NUL-separated string lists as the kernel exports them.  Anything that is
 not (non-UTF-8, control bytes, empty entries, absurd sizes) is reported and skipped; a
 string that is text but cannot form a label key stays in the features and gets no label.
-No device tree at all (x86) is simply an empty result.
+No device tree at all (x86) is simply an empty result. A property that could not be read (not
+absent: permissions, I/O) leaves its feature undetermined this pass, and with it every
+``beta.devicetree.org/`` label, so the caller keeps its earlier answer.
 """
 
 from __future__ import annotations
 
 from collections import deque
-
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from typing import Mapping
 
 from agent.features import ElementNames, Feature, Instance, SourceResult
 from agent.hostfs import HostFileError, HostFS
@@ -47,6 +47,8 @@ DT_BASES = ("/sys/firmware/devicetree/base", "/proc/device-tree")
 """Where the kernel exports the live tree; ``/proc/device-tree`` links to the first."""
 LABEL_PREFIX = "beta.devicetree.org/"
 LABEL_VALUE = "1"
+UNDETERMINED_LABELS = LABEL_PREFIX + "*"
+"""What an unreadable ``compatible`` decides: any device-tree label."""
 MAX_PROPERTY_BYTES = 4096
 """Real ``compatible``/``model`` properties are well under 200 bytes; more is not a string list."""
 MAX_NODES_SEARCHED = 4096
@@ -87,9 +89,9 @@ def compatible_label(compatible: str) -> str:
     return LABEL_PREFIX + compatible.replace(",", "-")
 
 
-def find_base(host: HostFS) -> str | None:
+def find_base(reader: AttributeReader) -> str | None:
     for base in DT_BASES:
-        if host.is_dir(base):
+        if reader.is_dir(base):
             return base
     return None
 
@@ -103,9 +105,6 @@ class Config:
 
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
-    base = find_base(host)
-    if base is None:
-        return SourceResult(NAME)
     reader = AttributeReader(host, NAME)
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}
@@ -121,21 +120,27 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             labels[key] = LABEL_VALUE
             origins.setdefault(key, origin)
 
-    root_compatible = read_compatible(reader, f"{base}/compatible")
+    with reader.deciding("compatible", UNDETERMINED_LABELS):
+        base = find_base(reader)
+        root_compatible = read_compatible(reader, f"{base}/compatible") if base is not None else []
+    if base is None:
+        return SourceResult(NAME, errors=reader.errors, undetermined=reader.undetermined)
     if root_compatible:
         features["compatible"] = Feature(flags=root_compatible, origin=f"{base}/compatible")
         label_all(root_compatible, f"{base}/compatible")
 
-    model = read_identity(reader, base)
+    with reader.deciding("model"):
+        model = read_identity(reader, base)
     if model is not None:
         features["model"] = model
 
-    nodes = [read_node(reader, base, path) for path in find_extra_nodes(reader, base, config.extra_nodes)]
+    with reader.deciding("node", UNDETERMINED_LABELS):
+        nodes = [read_node(reader, base, path) for path in find_extra_nodes(reader, base, config.extra_nodes)]
     for node in nodes:
         label_all(node_compatibles(node), f"{node.origin}/compatible")
     if nodes:
         features["node"] = Feature(instances=nodes, origin=base)
-    return SourceResult(NAME, features, labels, reader.errors, origins)
+    return SourceResult(NAME, features, labels, reader.errors, origins, reader.undetermined)
 
 
 def read_string_list(reader: AttributeReader, path: str) -> list[str]:
@@ -144,7 +149,7 @@ def read_string_list(reader: AttributeReader, path: str) -> list[str]:
         data = reader.host.read_bytes(path, MAX_PROPERTY_BYTES + 1)
     except HostFileError as exc:
         if not exc.missing:
-            reader.error(path, f"unreadable: {exc.reason}")
+            reader.failure(exc)
         return []
     if len(data) > MAX_PROPERTY_BYTES:
         reader.error(path, f"larger than {MAX_PROPERTY_BYTES} bytes, not a device-tree string list; ignored")
@@ -214,14 +219,13 @@ def find_extra_nodes(reader: AttributeReader, base: str, wanted: tuple[str, ...]
     """
     if not wanted:
         return []
-    host = reader.host
     found: list[str] = []
     names = [w for w in wanted if not w.startswith("/")]
     tree = walk_nodes(reader, base) if names else []
     for want in wanted:
         if want.startswith("/"):
             path = "/" + want.strip("/")
-            matches = [path] if path != "/" and host.is_dir(base + path) else []
+            matches = [path] if path != "/" and reader.is_dir(base + path) else []
         else:
             matches = [p for p in tree if p.rsplit("/", 1)[-1].split("@", 1)[0] == want or p.rsplit("/", 1)[-1] == want]
         if not matches:
@@ -238,7 +242,7 @@ def walk_nodes(reader: AttributeReader, base: str) -> list[str]:
         current = queue.popleft()
         for child in reader.listdir(base + current or base):
             path = f"{current}/{child}"
-            if reader.host.is_dir(base + path) and not reader.host.is_link(base + path):
+            if reader.is_dir(base + path) and not reader.is_link(base + path):
                 if len(nodes) >= MAX_NODES_SEARCHED:
                     reader.error(base, f"device tree has more than {MAX_NODES_SEARCHED} nodes; search stopped")
                     return nodes

@@ -3,6 +3,8 @@
 Version from ``/proc/sys/kernel/osrelease``, the first kernel config found in NFD's search
 order (``source/kernel/kconfig.go``), loaded and built-in modules, SELinux and KVM.  Unlike
 NFD every path, ``/proc`` included, is read through the host seam, so a tree replays fully.
+A file that could not be read (not absent: permissions, I/O) leaves the feature it decides, and
+its labels, undetermined this pass: the caller keeps its earlier answer.
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ from __future__ import annotations
 import posixpath
 import re
 import zlib
-
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from typing import Mapping
 
 from agent.features import ElementNames, Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
@@ -40,27 +40,15 @@ _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 _VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\.(?P<revision>\d+))?(-.*)?$")
 _KCONFIG_LINE = re.compile(r"^CONFIG_(\w+)=(.+)")
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-# The parsers below scan the whole text in one regex pass (a real kernel config is 4,000-10,000
-# lines: matching line by line in Python took 1.1 ms a pass on this machine's 3,900-line
-# /proc/config.gz, twice the rest of the kernel source).  "^"/"$" of MULTILINE end lines at
-# "\n" only, where str.splitlines() (what the line-by-line forms, kept as the reference, split
-# on) also ends them at these characters: text holding any of them takes the line-by-line form.
-_OTHER_LINE_BREAKS = "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
-_KCONFIG_LINES = re.compile(r"^CONFIG_(\w+)=(.+)", re.MULTILINE)
-#: the same on ASCII text, where \w is [A-Za-z0-9_] (a class the engine tests faster), and with
-#: a literal start it searches for (the text gets a "\n" in front): 0.3 ms instead of 0.6
-_KCONFIG_ASCII_LINES = re.compile(r"\nCONFIG_([A-Za-z0-9_]+)=(.+)")
-#: a /proc/modules line's first whitespace-separated word ([^\S\n]: whitespace but the line end)
-_FIRST_WORDS = re.compile(r"^[^\S\n]*+(\S+)", re.MULTILINE)
-#: a modules.builtin line, stripped, whose basename less one ".ko" is a module name (group 1);
-#: lines that are not (blank, "a b.ko", "kernel/\u00e9.ko") do not match.  Possessive (``*+``,
-#: ``?+``): nothing matched is ever given back, so a hostile 8 MiB line costs one scan, where
-#: backtracking into the leading blanks rescanned the line for a "/" once per blank (quadratic)
-_BUILTIN_LINES = re.compile(r"^[^\S\n]*+(?:[^\n]*/)?+([A-Za-z0-9_-]++)(?:\.ko)?+[^\S\n]*+$", re.MULTILINE)
 
 
 class _Unusable(Exception):
-    """A host file that is there but cannot be used (too big, binary, corrupt)."""
+    """A host file that is there but cannot be used (too big, binary, corrupt; ``unread``:
+    it could not be read at all)."""
+
+    def __init__(self, message: str, *, unread: bool = False) -> None:
+        super().__init__(message)
+        self.unread = unread
 
 
 def kconfig_candidates(release: str, configured: str) -> list[str]:
@@ -90,19 +78,6 @@ def version_attributes(release: str) -> dict[str, str]:
 
 def parse_kconfig(text: str) -> dict[str, str]:
     """``CONFIG_X=v`` lines -> ``{"X": v}`` with surrounding double quotes trimmed (raw values)."""
-    if _only_newlines(text):
-        found = _KCONFIG_ASCII_LINES.findall("\n" + text) if text.isascii() else _KCONFIG_LINES.findall(text)
-        return {name: value.strip('"') for name, value in found}
-    return _parse_kconfig_lines(text)
-
-
-def _only_newlines(text: str) -> bool:
-    """Whether "\n" is the only character that ends a line of ``text`` (str.splitlines())."""
-    return not any(char in text for char in _OTHER_LINE_BREAKS)
-
-
-def _parse_kconfig_lines(text: str) -> dict[str, str]:
-    """:func:`parse_kconfig` line by line (any line ends)."""
     options: dict[str, str] = {}
     for line in text.splitlines():
         match = _KCONFIG_LINE.match(line)
@@ -118,21 +93,6 @@ def kconfig_label_value(raw: str) -> str:
 
 def parse_modules(text: str) -> tuple[set[str], list[str]]:
     """First column of ``/proc/modules``; returns (names, rejected first columns)."""
-    if _only_newlines(text):
-        names: set[str] = set()
-        rejected: list[str] = []
-        match = _MODULE_NAME.match
-        for first in _FIRST_WORDS.findall(text):
-            if match(first):
-                names.add(first)
-            else:
-                rejected.append(first)
-        return names, rejected
-    return _parse_modules_lines(text)
-
-
-def _parse_modules_lines(text: str) -> tuple[set[str], list[str]]:
-    """:func:`parse_modules` line by line (any line ends)."""
     names: set[str] = set()
     rejected: list[str] = []
     for line in text.splitlines():
@@ -148,13 +108,6 @@ def _parse_modules_lines(text: str) -> tuple[set[str], list[str]]:
 
 def parse_builtin(text: str) -> set[str]:
     """``modules.builtin`` paths -> basenames without ``.ko`` (not normalised, as NFD)."""
-    if _only_newlines(text):
-        return set(_BUILTIN_LINES.findall(text))
-    return _parse_builtin_lines(text)
-
-
-def _parse_builtin_lines(text: str) -> set[str]:
-    """:func:`parse_builtin` line by line (any line ends)."""
     names = set()
     for line in text.splitlines():
         line = line.strip()
@@ -180,7 +133,7 @@ def _read_big_text(host: HostFS, path: str) -> str | None:
     except HostFileError as exc:
         if exc.missing:
             return None
-        raise _Unusable(f"unreadable: {exc.reason}") from exc
+        raise _Unusable(f"unreadable: {exc.reason}", unread=exc.unreadable) from exc
     if path.endswith(".gz"):
         try:
             unpacker = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -194,34 +147,6 @@ def _read_big_text(host: HostFS, path: str) -> str | None:
     return _decode(data)
 
 
-USR_SRC = "/usr/src"
-
-
-class _UsrSrc:
-    """Five of NFD's kconfig candidates lie in as many directories below ``/usr/src``: one
-    listing of ``/usr/src`` (made when first asked) tells which of those directories exist,
-    so a candidate below one that does not is skipped without its failed open (what the read
-    would have found: nothing, "missing").  Unsure (the listing failed for another reason than
-    absence, a path not in normal form) means the candidate is read as before."""
-
-    def __init__(self, host: HostFS):
-        self.host = host
-        self.names: frozenset[str] | None = None
-        self.listed = False
-
-    def certainly_absent(self, path: str) -> bool:
-        if not path.startswith(USR_SRC + "/") or posixpath.normpath(path) != path:
-            return False
-        if not self.listed:
-            self.listed = True
-            try:
-                self.names = frozenset(self.host.listdir(USR_SRC))  # [] when /usr/src is not there
-            except HostFileError:
-                self.names = None  # there but unlistable: each read says what it finds
-        first = path[len(USR_SRC) + 1:].partition("/")[0]
-        return self.names is not None and first not in self.names
-
-
 @dataclass(frozen=True)
 class Config:
     """``sources.kernel`` of nfd-worker.conf, with NFD's defaults (``source/kernel`` ``newDefaultConfig``):
@@ -231,62 +156,88 @@ class Config:
     config_opts: tuple[str, ...] = nfd_option("configOpts", ("NO_HZ", "NO_HZ_IDLE", "NO_HZ_FULL", "PREEMPT"))
 
 
+class _Found:
+    """What the kernel source has found so far: features, labels, errors, and the features a
+    failed read leaves undetermined."""
+
+    def __init__(self) -> None:
+        self.features: dict[str, Feature] = {}
+        self.labels: dict[str, str] = {}
+        self.origins: dict[str, str] = {}
+        self.errors: list[SourceError] = []
+        self.undetermined: dict[str, tuple[str, ...]] = {}
+
+    def label(self, key: str, value: str, origin: str) -> None:
+        self.labels[nfd_label(NAME, key)] = value
+        self.origins[nfd_label(NAME, key)] = origin
+
+    def error(self, path: str, message: str, unread: bool = False, *decides: tuple[str, tuple[str, ...]]) -> None:
+        """An error; one that ``unread`` a file leaves what it ``decides`` undetermined."""
+        self.errors.append(SourceError(NAME, path, message))
+        if unread:
+            self.undetermined.update(decides)
+
+
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
-    errors: list[SourceError] = []
-    features: dict[str, Feature] = {}
-    labels: dict[str, str] = {}
-    origins: dict[str, str] = {}
+    found = _Found()
+    release = _version(host, found)
+    _kconfig(host, found, release, config)
+    _modules(host, found, release)
+    _selinux_and_kvm(host, found)
+    return SourceResult(NAME, found.features, found.labels, found.errors, found.origins, found.undetermined)
 
-    def label(key: str, value: str, origin: str) -> None:
-        labels[nfd_label(NAME, key)] = value
-        origins[nfd_label(NAME, key)] = origin
 
+def _version(host: HostFS, found: _Found) -> str:
     release = ""
     try:
         release = (host.read_attr(OSRELEASE) or "").strip()
         if not release:
-            errors.append(SourceError(NAME, OSRELEASE, "missing or empty; no kernel version"))
+            found.error(OSRELEASE, "missing or empty; no kernel version")
     except HostFileError as exc:
-        errors.append(SourceError(NAME, OSRELEASE, f"unreadable: {exc.reason}"))
+        found.error(OSRELEASE, f"unreadable: {exc.reason}", exc.unreadable, ("version", (nfd_label(NAME, "version.*"),)))
     if len(release) > 256 or any(c.isspace() for c in release):
-        errors.append(SourceError(NAME, OSRELEASE, f"not a kernel release: {release[:40]!r}"))
+        found.error(OSRELEASE, f"not a kernel release: {release[:40]!r}")
         release = ""
     if release:
         version = version_attributes(release)
-        features["version"] = Feature(attributes=version, origin=OSRELEASE)
+        found.features["version"] = Feature(attributes=version, origin=OSRELEASE)
         for key, value in version.items():
-            label(f"version.{key}", value, OSRELEASE)
+            found.label(f"version.{key}", value, OSRELEASE)
+    return release
 
-    usr_src = _UsrSrc(host)
+
+def _kconfig(host: HostFS, found: _Found, release: str, config: Config) -> None:
+    """The first kernel config of NFD's search order; a candidate that could not be read
+    before it leaves ``kernel.config`` undetermined (that one might have been the answer)."""
     for path in kconfig_candidates(release, config.kconfig_file):
-        if usr_src.certainly_absent(path):
-            continue
         try:
             text = _read_big_text(host, path)
         except _Unusable as exc:
-            errors.append(SourceError(NAME, path, f"kernel config skipped: {exc}"))
+            found.error(path, f"kernel config skipped: {exc}", exc.unread, ("config", (nfd_label(NAME, "config.*"),)))
             continue
         if text is None:
             continue
         options = parse_kconfig(text)
         if not options:
-            errors.append(SourceError(NAME, path, "no CONFIG_ lines; not a kernel config"))
+            found.error(path, "no CONFIG_ lines; not a kernel config")
             continue
-        features["config"] = Feature(attributes=options, origin=path)
+        found.features["config"] = Feature(attributes=options, origin=path)
         for opt in config.config_opts:
             if opt in options:
-                label(f"config.{opt}", kconfig_label_value(options[opt]), path)
-        break
+                found.label(f"config.{opt}", kconfig_label_value(options[opt]), path)
+        return
 
+
+def _modules(host: HostFS, found: _Found, release: str) -> None:
     loaded: set[str] = set()
     try:
         text = _read_big_text(host, PROC_MODULES)
         if text is not None:
             loaded, rejected = parse_modules(text)
             if rejected:
-                errors.append(SourceError(NAME, PROC_MODULES, f"{len(rejected)} line(s) without a module name, e.g. {rejected[0][:40]!r}"))
+                found.error(PROC_MODULES, f"{len(rejected)} line(s) without a module name, e.g. {rejected[0][:40]!r}")
     except _Unusable as exc:
-        errors.append(SourceError(NAME, PROC_MODULES, str(exc)))
+        found.error(PROC_MODULES, str(exc), exc.unread, ("loadedmodule", ()), ("enabledmodule", ()))
     enabled = set(loaded)
     if release:
         builtin_path = f"/lib/modules/{release}/modules.builtin"
@@ -294,23 +245,26 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             text = _read_big_text(host, builtin_path)
             enabled |= parse_builtin(text) if text is not None else set()
         except _Unusable as exc:
-            errors.append(SourceError(NAME, builtin_path, str(exc)))
+            found.error(builtin_path, str(exc), exc.unread, ("enabledmodule", ()))
     if loaded:
-        features["loadedmodule"] = Feature(flags=loaded, origin=PROC_MODULES)
+        found.features["loadedmodule"] = Feature(flags=loaded, origin=PROC_MODULES)
     if enabled:
-        features["enabledmodule"] = Feature(flags=enabled, origin=PROC_MODULES)
+        found.features["enabledmodule"] = Feature(flags=enabled, origin=PROC_MODULES)
 
+
+def _selinux_and_kvm(host: HostFS, found: _Found) -> None:
     enforce = "/sys/fs/selinux/enforce"
     try:
-        status = host.read_bytes(enforce, 16)
-        selinux = status[:1] == b"1"
+        selinux = host.read_bytes(enforce, 16)[:1] == b"1"
     except HostFileError as exc:
         selinux = False
         if not exc.missing:
-            errors.append(SourceError(NAME, enforce, f"unreadable: {exc.reason}"))
-    features["selinux"] = Feature(attributes={"enabled": "true" if selinux else "false"}, origin=enforce)
+            found.error(enforce, f"unreadable: {exc.reason}", True, ("selinux", (nfd_label(NAME, "selinux.enabled"),)))
+    found.features["selinux"] = Feature(attributes={"enabled": "true" if selinux else "false"}, origin=enforce)
     if selinux:
-        label("selinux.enabled", "true", enforce)
+        found.label("selinux.enabled", "true", enforce)
     kvm = "/sys/devices/virtual/misc/kvm"
-    features["kvm"] = Feature(attributes={"enabled": "true" if host.exists(kvm) else "false"}, origin=kvm)
-    return SourceResult(NAME, features, labels, errors, origins)
+    try:
+        found.features["kvm"] = Feature(attributes={"enabled": "true" if host.exists(kvm) else "false"}, origin=kvm)
+    except HostFileError as exc:
+        found.error(kvm, f"unreadable: {exc.reason}", True, ("kvm", ()))

@@ -10,6 +10,9 @@ written; an unprefixed key gets ``feature.node.kubernetes.io/`` as nfd-master wo
 
 Unlike NFD, a line whose key or value Kubernetes would reject is reported with file:line and
 its label left out (NFD drops it later, at publication); its raw feature is kept as NFD keeps it.
+A directory or file that could not be read (not absent: permissions, I/O) could have named any
+label: both features and every label this source gives are undetermined this pass, and the
+caller keeps its earlier answer.
 """
 
 from __future__ import annotations
@@ -17,10 +20,9 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-
-from typing import Mapping
+from datetime import UTC, datetime
 
 from agent.features import NFD_PREFIX, ElementNames, Feature, SourceError, SourceResult
 from agent.hostfs import HostFileError, HostFS
@@ -31,6 +33,8 @@ NAME = "local"
 FEATURES: Mapping[str, ElementNames] = {"label": None, "feature": None}
 """The features this source can produce and their element names (``agent.features.ElementNames``)."""
 LOCAL_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+#: what an unreadable features.d or feature file decides: any feature, any label
+_UNDETERMINED: Mapping[str, tuple[str, ...]] = {"label": ("*",), "feature": ()}
 MAX_FEATURE_FILE_SIZE = 65536
 DIRECTIVE_PREFIX = "# +"
 
@@ -136,7 +140,7 @@ class Config:
 
 
 def discover(host: HostFS, config: Config = Config(), now: datetime | None = None) -> SourceResult:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     directory = config.features_dir
     errors: list[SourceError] = []
     labels: dict[str, str] = {}
@@ -146,15 +150,22 @@ def discover(host: HostFS, config: Config = Config(), now: datetime | None = Non
     try:
         names = host.listdir(directory)
     except HostFileError as exc:
-        return SourceResult(NAME, errors=(SourceError(NAME, directory, f"unlistable: {exc.reason}"),))
+        return SourceResult(NAME, errors=(SourceError(NAME, directory, f"unlistable: {exc.reason}"),),
+                            undetermined=_UNDETERMINED)
+    unread = False
     for name in names:
         path = posixpath.join(directory, name)
         if name.startswith("."):
             continue
-        if not host.is_file(path):
-            log.info("local: %s is not a regular file; skipped", path)
+        try:
+            if not host.is_file(path):
+                log.info("local: %s is not a regular file; skipped", path)
+                continue
+            text = _read_feature_file(host, path, errors)
+        except HostFileError as exc:
+            errors.append(SourceError(NAME, path, f"unreadable: {exc.reason}"))
+            unread = True
             continue
-        text = _read_feature_file(host, path, errors)
         if text is None:
             continue
         parsed = parse_feature_file(text, now)
@@ -174,16 +185,18 @@ def discover(host: HostFS, config: Config = Config(), now: datetime | None = Non
     if features:
         result_features["feature"] = Feature(attributes=features, origin=directory, element_origins=element_origins)
     node_labels = {label_key(k): v for k, v in labels.items()}
-    return SourceResult(NAME, result_features, node_labels, errors, label_origins)
+    return SourceResult(NAME, result_features, node_labels, errors, label_origins, _UNDETERMINED if unread else {})
 
 
 def _read_feature_file(host: HostFS, path: str, errors: list[SourceError]) -> str | None:
+    """The file's text; ``None`` (with an error) when it is unusable, or gone since it was
+    listed; ``HostFileError`` when it could not be read."""
     try:
         data = host.read_bytes(path, MAX_FEATURE_FILE_SIZE + 1)
     except HostFileError as exc:
-        if not exc.missing:  # a file deleted between listing and reading is simply gone
-            errors.append(SourceError(NAME, path, f"unreadable: {exc.reason}"))
-        return None
+        if exc.missing:  # a file deleted between listing and reading is simply gone
+            return None
+        raise
     if len(data) > MAX_FEATURE_FILE_SIZE:
         errors.append(SourceError(NAME, path, f"larger than {MAX_FEATURE_FILE_SIZE} bytes; file skipped"))
         return None

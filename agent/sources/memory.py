@@ -2,19 +2,20 @@
 
 NUMA node count, swap, NVDIMM namespaces and hugepage pools, from the same files NFD reads
 (``source/memory/memory.go``), plus one extra attribute feature ``memory.meminfo``
-(``MemTotal`` in bytes) that NFD does not have but capacity rules find useful.
+(``MemTotal`` in bytes) that NFD does not have but capacity rules find useful. A file that
+could not be read (not absent: permissions, I/O) leaves the feature it decides, and its
+labels, undetermined this pass: the caller keeps its earlier answer.
 """
 
 from __future__ import annotations
 
 import posixpath
-
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from typing import Mapping
-
-from agent.features import ElementNames, Feature, Instance, SourceError, SourceResult, nfd_label
-from agent.hostfs import HostFileError, HostFS
+from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
+from agent.hostfs import HostFS
+from agent.sources._sysfs import AttributeReader
 
 NAME = "memory"
 FEATURES: Mapping[str, ElementNames] = {
@@ -44,7 +45,7 @@ def quantity_name(size_kb: int) -> str:
 
 
 def is_number(text: str) -> bool:
-    """ASCII decimal digits only: ``str.isdigit`` also accepts ``²`` or ``١``, which ``int`` rejects."""
+    """ASCII decimal digits only: ``str.isdigit`` also accepts superscripts (``²``), which ``int`` rejects."""
     return text.isascii() and text.isdigit()
 
 
@@ -70,100 +71,87 @@ class Config:
 
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
-    errors: list[SourceError] = []
+    reader = AttributeReader(host, NAME)
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
-
-    def error(path: str, message: str) -> None:
-        errors.append(SourceError(NAME, path, message))
-
-    def read(path: str) -> str | None:
-        try:
-            return host.read_attr(path)
-        except HostFileError as exc:
-            error(path, f"unreadable: {exc.reason}")
-            return None
 
     def label(key: str, origin: str) -> None:
         labels[nfd_label(NAME, key)] = "true"
         origins[nfd_label(NAME, key)] = origin
 
-    try:
-        nodes = host.listdir(NODES)
-    except HostFileError as exc:
-        nodes = None
-        error(NODES, f"unlistable: {exc.reason}")
-    # a listing with entries is a directory; only an empty one (or none: [] when missing) needs asking
-    if nodes is not None and (nodes or host.is_dir(NODES)):
+    with reader.deciding("numa", nfd_label(NAME, "numa")):
+        errors = len(reader.errors)
+        nodes = reader.listdir(NODES)
+        # a listing with entries is a directory; only an empty one (or none: [] when missing) needs asking
+        numa = len(reader.errors) == errors and (bool(nodes) or reader.is_dir(NODES))
+    if numa:
         is_numa = len(nodes) > 1
         features["numa"] = Feature(attributes={"is_numa": str(is_numa).lower(), "node_count": str(len(nodes))}, origin=NODES)
         if is_numa:
             label("numa", NODES)
 
-    swaps = read(SWAPS)
+    with reader.deciding("swap", nfd_label(NAME, "swap")):
+        swaps = reader.attr(SWAPS)
     if swaps is not None:
         enabled = count_nonempty_lines(swaps) > 1
         features["swap"] = Feature(attributes={"enabled": str(enabled).lower()}, origin=SWAPS)
         if enabled:
             label("swap", SWAPS)
 
-    try:
-        nd_names = host.listdir(ND_DEVICES)
-    except HostFileError as exc:
-        nd_names = []
-        error(ND_DEVICES, f"unlistable: {exc.reason}")
     instances = []
-    for name in nd_names:
-        attrs = {"name": name}
-        for attr in ("devtype", "mode"):
-            value = read(posixpath.join(ND_DEVICES, name, attr))
-            if value is not None:
-                attrs[attr] = value
-        instances.append(Instance(attrs, posixpath.join(ND_DEVICES, name)))
+    with reader.deciding("nv", nfd_label(NAME, "nv.*")):
+        for name in reader.listdir(ND_DEVICES):
+            attrs = {"name": name}
+            for attr in ("devtype", "mode"):
+                value = reader.attr(posixpath.join(ND_DEVICES, name, attr))
+                if value is not None:
+                    attrs[attr] = value
+            instances.append(Instance(attrs, posixpath.join(ND_DEVICES, name)))
     if instances:
         features["nv"] = Feature(instances=instances, origin=ND_DEVICES)
         label("nv.present", ND_DEVICES)
         if any(i.attributes.get("devtype") == "nd_dax" for i in instances):
             label("nv.dax", ND_DEVICES)
 
-    hugepages = _hugepages(host, read, error)
+    with reader.deciding("hugepages"):
+        hugepages = _hugepages(reader)
     if hugepages is not None:
         features["hugepages"] = Feature(attributes=hugepages, origin=HUGEPAGES)
 
-    meminfo = read(MEMINFO)
+    with reader.deciding("meminfo"):
+        meminfo = reader.attr(MEMINFO)
     if meminfo is not None:
         total = meminfo_total_bytes(meminfo)
         if total is None:
-            error(MEMINFO, "no well-formed MemTotal line")
+            reader.error(MEMINFO, "no well-formed MemTotal line")
         else:
             features["meminfo"] = Feature(attributes={"MemTotal": str(total)}, origin=MEMINFO)
-    return SourceResult(NAME, features, labels, errors, origins)
+    return SourceResult(NAME, features, labels, reader.errors, origins, reader.undetermined)
 
 
-def _hugepages(host: HostFS, read, error) -> dict[str, str] | None:
+def _hugepages(reader: AttributeReader) -> dict[str, str] | None:
     """``enabled`` (any pool non-empty) and ``hugepages-<Quantity>`` = nr_hugepages per pool.
 
     As NFD's ``detectHugePages``: a kernel without hugepage support (no such directory) or
     with no pools still gives ``enabled=false``; only an unlistable directory gives nothing.
     """
-    try:
-        pools = host.glob(f"{HUGEPAGES}/hugepages-*kB")
-    except HostFileError as exc:
-        error(HUGEPAGES, f"unlistable: {exc.reason}")
+    errors = len(reader.errors)
+    pools = reader.glob(f"{HUGEPAGES}/hugepages-*kB")
+    if len(reader.errors) > errors:
         return None
     attrs = {"enabled": "false"}
     for pool in pools:
         size = posixpath.basename(pool)[len("hugepages-"):-len("kB")]
         if not is_number(size) or int(size) <= 0:
-            error(pool, "not a hugepages-<N>kB pool")
+            reader.error(pool, "not a hugepages-<N>kB pool")
             continue
         path = f"{pool}/nr_hugepages"
-        count = read(path)
+        count = reader.attr(path)
         if count is None:
             continue
         if not is_number(count):
-            error(path, f"not a page count: {count[:40]!r}")
+            reader.error(path, f"not a page count: {count[:40]!r}")
             continue
         if int(count) > 0:
             attrs["enabled"] = "true"

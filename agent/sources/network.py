@@ -8,21 +8,21 @@ interfaces also carry ``driver`` and, when the device is a PCI function, ``pci_a
 so rules can tie a NIC to its ``pci.device`` instance.
 
 ``speed`` of a link that is down (and of most virtual interfaces) fails with EINVAL by
-kernel design; that means "no speed", not an error.
+kernel design; that means "no speed", not an error. Any other file that could not be read
+leaves both features undetermined this pass (and the SR-IOV labels no other NIC decided): the
+caller keeps its earlier answer.
 """
 
 from __future__ import annotations
 
 import errno
 import posixpath
-
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from typing import Mapping
 
 from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
-from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal, oserror_errno
+from agent.sources._sysfs import PCI_ADDRESS_RE, AttributeReader, is_decimal
 
 NAME = "network"
 FEATURES: Mapping[str, ElementNames] = {
@@ -48,90 +48,64 @@ class Config:
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
-    if not host.is_dir(CLASS_NET):
-        return SourceResult(NAME)
+    if not reader.is_dir(CLASS_NET):
+        return SourceResult(NAME, errors=reader.errors, undetermined=_undetermined(reader.unread > 0, set(), {}))
     physical: list[tuple[dict[str, str], str]] = []  # raw attributes: VF counts are judged before cleaning
     virtual: list[Instance] = []
-    unread: set[str] = set()  # VF-count files of some NIC that could not be read (or a NIC not resolved)
     for name in reader.listdir(CLASS_NET):
         if name in _NOT_INTERFACES:
             continue
         entry = f"{CLASS_NET}/{name}"
         origin = reader.resolve(entry)
         if origin is None:
-            unread.update(attr for attr, _key in _SRIOV)
             continue
-        # asked of the resolved directory, whose parent the resolution left open: one stat each,
-        # where asking through the class link resolved the link again (openat2 + fstat for is_dir)
-        if not host.is_dir(origin):
-            reader.error(origin, f"interface {name} vanished during scan")
+        # asked of the resolved directory: the class link is not walked again
+        looked = reader.unread
+        if not reader.is_dir(origin):
+            if reader.unread == looked:  # not there, rather than not looked at
+                reader.error(origin, f"interface {name} vanished during scan")
             continue
-        if host.exists(f"{origin}/device"):
-            physical.append((read_physical(reader, entry, name, unread), origin))
+        if reader.exists(f"{origin}/device"):
+            physical.append((read_physical(reader, entry, name), origin))
         else:
             virtual.append(Instance(read_attributes(reader, entry, name, _VIRTUAL_FILES), origin))
-    labels, origins = sriov_labels(reader, physical, unread)
+    labels, origins, damaged = sriov_labels(reader, physical)
     features = {"device": Feature(instances=[Instance(attrs, origin) for attrs, origin in physical], origin=CLASS_NET),
                 "virtual": Feature(instances=virtual, origin=CLASS_NET)}
-    # a VF count that could not be read is no evidence the NIC lost SR-IOV: unless another NIC
-    # already decided the label, the physical devices and that label are undetermined this pass
-    unsure = tuple(nfd_label(NAME, key) for attr, key in _SRIOV if attr in unread and nfd_label(NAME, key) not in labels)
-    undetermined = {"device": unsure} if unsure else {}
-    return SourceResult(NAME, features, labels, reader.errors, origins, undetermined)
+    return SourceResult(NAME, features, labels, reader.errors, origins,
+                        _undetermined(reader.unread > 0, damaged, labels))
+
+
+def _undetermined(failed: bool, damaged: set[str], labels: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """A read that failed leaves both features undetermined, with the SR-IOV labels no other NIC
+    decided this pass (a failed read is no evidence that a NIC or its VFs are gone); a damaged
+    VF count leaves its label undetermined the same way (no evidence of "not capable")."""
+    unsure = tuple(label for attr, key in _SRIOV
+                   if (failed or attr in damaged) and (label := nfd_label(NAME, key)) not in labels)
+    undetermined: dict[str, tuple[str, ...]] = {"device": unsure} if failed or unsure else {}
+    if failed:
+        undetermined["virtual"] = ()
+    return undetermined
 
 
 #: VF-count file -> the label a count above zero gives
 _SRIOV = (("sriov_totalvfs", "sriov.capable"), ("sriov_numvfs", "sriov.configured"))
 
 
-def _read_plan(files) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
-    """``files`` as :func:`read_attributes` reads them: the interface directory's own, then per
-    subdirectory (``device``) its leaves, in the order listed."""
-    below: dict[str, list[str]] = {}
-    for _, file in files:
-        if "/" in file:
-            subdirectory, _, leaf = file.rpartition("/")
-            below.setdefault(subdirectory, []).append(leaf)
-    return (tuple(file for _, file in files if "/" not in file),
-            tuple((subdirectory, tuple(leaves)) for subdirectory, leaves in below.items()))
-
-
-#: the plans of the two lists every interface is read with, made once
-_READ_PLANS = {files: _read_plan(files) for files in (_PHYSICAL_FILES, _VIRTUAL_FILES)}
-
-
-def read_attributes(reader: AttributeReader, entry: str, name: str, files,
-                    unread: set[str] | None = None) -> dict[str, str]:
-    """The interface's attributes; the name of each whose read failed goes into ``unread``."""
+def read_attributes(reader: AttributeReader, entry: str, name: str,
+                    files: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The interface's attributes (``files``: attribute -> file below the interface); each
+    file that could not be read reported, but ``speed``'s EINVAL of a down link."""
     attrs = {"name": name}
-    # the interface's own files through one directory lookup, its ``device/...`` ones through
-    # one lookup of ``device`` (not a walk of both links per file); keyed by ``file`` as listed
-    host = reader.host
-    own, below = _READ_PLANS.get(files) or _read_plan(files)
-    values, failures = host.read_attrs(entry, own)
-    for subdirectory, leaves in below:
-        sub_values, sub_failures = host.read_attrs(f"{entry}/{subdirectory}", leaves)
-        for leaf, value in sub_values.items():
-            values[f"{subdirectory}/{leaf}"] = value
-        for leaf, failure in sub_failures.items():
-            failures[f"{subdirectory}/{leaf}"] = failure
     for attr, file in files:
-        failure = failures.get(file)
-        if failure is not None:
-            # ``speed`` of a down link fails with EINVAL by design: no value, not an error
-            if attr != "speed" or oserror_errno(failure) not in _NO_VALUE_ERRNOS:
-                reader.error(f"{entry}/{file}", f"unreadable: {failure.reason}")
-                if unread is not None:
-                    unread.add(attr)
-            continue
-        value = values.get(file)
+        value = reader.attr(f"{entry}/{file}", absent_errnos=_NO_VALUE_ERRNOS if attr == "speed" else ())
         if value is not None:
             attrs[attr] = value
     return attrs
 
 
-def read_physical(reader: AttributeReader, entry: str, name: str, unread: set[str] | None = None) -> dict[str, str]:
-    attrs = read_attributes(reader, entry, name, _PHYSICAL_FILES, unread)
+def read_physical(reader: AttributeReader, entry: str, name: str) -> dict[str, str]:
+    attrs = read_attributes(reader, entry, name, _PHYSICAL_FILES)
     driver = reader.link_name(f"{entry}/device/driver")
     if driver:
         attrs["driver"] = driver
@@ -141,15 +115,17 @@ def read_physical(reader: AttributeReader, entry: str, name: str, unread: set[st
     return attrs
 
 
-def sriov_labels(reader: AttributeReader, physical: list[tuple[dict[str, str], str]],
-                 unread: set[str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """``network-sriov.capable`` / ``.configured`` when some physical NIC has VFs possible / made.
+def sriov_labels(reader: AttributeReader, physical: list[tuple[dict[str, str], str]]
+                 ) -> tuple[dict[str, str], dict[str, str], set[str]]:
+    """``network-sriov.capable`` / ``.configured`` when some physical NIC has VFs possible / made,
+    and the VF-count files found damaged.
 
     Judged on the file's raw text, not on the cleaned instance attribute: a count with a
     control character in it (``"\\x011"``) is a damaged file, not the count ``1`` that
     removing the character would make of it."""
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
+    damaged: set[str] = set()
     for attrs, origin in physical:
         for attr, key in _SRIOV:
             value = attrs.get(attr)
@@ -157,10 +133,9 @@ def sriov_labels(reader: AttributeReader, physical: list[tuple[dict[str, str], s
                 continue
             if not is_decimal(value):
                 reader.error(f"{origin}/device/{attr}", f"not a VF count: {value[:40]!r}")
-                if unread is not None:
-                    unread.add(attr)
+                damaged.add(attr)
                 continue
             if int(value) > 0:
                 labels[nfd_label(NAME, key)] = "true"
                 origins.setdefault(nfd_label(NAME, key), f"{origin}/device/{attr}")
-    return labels, origins
+    return labels, origins, damaged

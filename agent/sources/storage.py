@@ -3,16 +3,16 @@
 Reads ``/sys/block/*/queue/{dax,rotational,nr_zones,zoned}`` as ``source/storage/storage.go``
 does.  Like NFD, any block device counts for the label, virtual ones (zram, loop) included.
 Older kernels lack ``dax``/``nr_zones``; a missing queue attribute is simply absent, an
-unreadable one is reported.  A device whose ``rotational`` cannot be read (or resolved) leaves
-``block`` and the label undetermined (``SourceResult.undetermined``) unless another device
-already showed a non-rotational disk: a failed read is no evidence that the SSD is gone.
+unreadable one is reported.  A file that could not be read (or a device not resolved) leaves
+``block`` undetermined (``SourceResult.undetermined``), and the label too unless another
+device already showed a non-rotational disk: a failed read is no evidence that the SSD is
+gone. So does a ``rotational`` that is neither ``0`` nor ``1``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from typing import Mapping
 
 from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
 from agent.hostfs import HostFS
@@ -36,32 +36,32 @@ class Config:
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
-    if not host.is_dir(BLOCK):
-        return SourceResult(NAME)
     instances: list[Instance] = []
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
-    unsure = False  # a device whose rotational could not be read
+    unsure = False  # a device whose rotational could not be read (or made sense of)
+    if not reader.is_dir(BLOCK):
+        return SourceResult(NAME, errors=reader.errors, undetermined={"block": (NONROTATIONAL_LABEL,)} if reader.unread else {})
     for name in reader.listdir(BLOCK):
         entry = f"{BLOCK}/{name}"
+        looked = reader.unread
         origin = reader.resolve(entry)
         if origin is None:
             unsure = True
             continue
-        if not host.is_dir(origin):  # the resolved directory: one stat, not the link resolved again
-            reader.error(origin, f"block device {name} vanished during scan")
+        if not reader.is_dir(origin):  # the resolved directory: one stat, not the link resolved again
+            if reader.unread == looked:  # not there, rather than not looked at
+                reader.error(origin, f"block device {name} vanished during scan")
             continue
         attrs = {"name": name}
-        # the queue's files through one lookup of its directory (HostFS.read_attrs), below the
-        # resolved device directory that resolve() left open (not the /sys/block link again);
+        # the queue's files below the resolved device directory (not the /sys/block link again);
         # each failure reported as reading it alone would (same path, same words, same order)
-        values, failures = host.read_attrs(f"{origin}/queue", QUEUE_ATTRIBUTES)
+        values, failures = reader.attrs(f"{origin}/queue", QUEUE_ATTRIBUTES)
         for attr in QUEUE_ATTRIBUTES:
             failure = failures.get(attr)
             if failure is not None:
-                reader.error(f"{entry}/queue/{attr}", f"unreadable: {failure.reason}")
-                if attr == "rotational":
-                    unsure = True
+                reader.failure(failure, path=f"{entry}/queue/{attr}")
+                unsure = unsure or attr == "rotational"
                 continue
             value = values.get(attr)
             if value is not None:
@@ -75,5 +75,7 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             origins[NONROTATIONAL_LABEL] = f"{origin}/queue/rotational"
         instances.append(Instance(attrs, origin))
     features = {"block": Feature(instances=instances, origin=BLOCK)}
-    undetermined = {"block": (NONROTATIONAL_LABEL,)} if unsure and NONROTATIONAL_LABEL not in labels else {}
+    undetermined: dict[str, tuple[str, ...]] = {}
+    if reader.unread or (unsure and NONROTATIONAL_LABEL not in labels):
+        undetermined["block"] = (NONROTATIONAL_LABEL,) if NONROTATIONAL_LABEL not in labels else ()
     return SourceResult(NAME, features, labels, reader.errors, origins, undetermined)

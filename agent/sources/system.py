@@ -2,17 +2,17 @@
 
 os-release as ``source/system/system.go`` parses it (every ``^\\w+=.+`` line, quotes
 trimmed, plus ``VERSION_ID.major``/``.minor``), the 16 world-readable DMI attributes NFD
-keeps (no serials, no UUID; no label, as in NFD) and the node name.
+keeps (no serials, no UUID; no label, as in NFD) and the node name. A file that could not be
+read (not absent: permissions, I/O) leaves its feature undetermined this pass, and the
+caller keeps its earlier answer.
 """
 
 from __future__ import annotations
 
 import os
 import re
-
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-from typing import Mapping
 
 from agent.features import ElementNames, Feature, SourceError, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
@@ -69,12 +69,14 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
 
+    undetermined: dict[str, tuple[str, ...]] = {}
     for path in OS_RELEASE_PATHS:
         try:
             data = host.read_bytes(path, MAX_OS_RELEASE_BYTES + 1)
         except HostFileError as exc:
             if not exc.missing:
                 errors.append(SourceError(NAME, path, f"unreadable: {exc.reason}"))
+                undetermined["osrelease"] = (nfd_label(NAME, "os_release.*"),)
             continue
         if len(data) > MAX_OS_RELEASE_BYTES:
             errors.append(SourceError(NAME, path, f"larger than {MAX_OS_RELEASE_BYTES} bytes; not an os-release file"))
@@ -91,6 +93,7 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             errors.append(SourceError(NAME, path, "no KEY=value lines"))
             continue
         features["osrelease"] = Feature(attributes=release, origin=path)
+        undetermined.pop("osrelease", None)  # /etc/os-release failed, /usr/lib/os-release decided
         for key in LABELLED_KEYS:
             if key in release:
                 labels[nfd_label(NAME, f"os_release.{key}")] = release[key]
@@ -105,6 +108,8 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         failure = failures.get(attr)
         if failure is not None:
             errors.append(SourceError(NAME, f"{DMI_DIR}/{attr}", f"unreadable, left out: {failure.reason}"))
+            if failure.unreadable:
+                undetermined["dmiid"] = ()
             continue
         value = values.get(attr)
         if value is not None:
@@ -114,4 +119,4 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
 
     node_name = config.node_name or os.environ.get("NODE_NAME", "")
     features["name"] = Feature(attributes={"nodename": node_name}, origin="$NODE_NAME")
-    return SourceResult(NAME, features, labels, errors, origins)
+    return SourceResult(NAME, features, labels, errors, origins, undetermined)

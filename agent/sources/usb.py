@@ -12,25 +12,22 @@ Extra attributes NFD lacks: ``sysfs_name`` (``2-1``), ``busnum``, ``devnum``, ``
 ``speed``, ``manufacturer``, ``product``; per-interface instances also carry ``interface``
 (``2-1:1.0``) and that interface's bound ``driver``.  A device-level instance carries the
 driver of its first bound interface (the device itself is always bound to ``usb``).
+
+A device whose IDs are missing or malformed is skipped with an error. A file of a device that
+could not be read (not absent: permissions, I/O, a FIFO where the file should be, no
+descriptor left) leaves ``usb.device`` and every ``usb-*`` label undetermined this pass, so
+the caller keeps its earlier answer rather than removing the device.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Collection, Mapping
 
 from agent.features import ElementNames, Feature, Instance, SourceResult, nfd_label
-from agent.hostfs import DirectoryRead, HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS
 from agent.sources._config import nfd_option
-from agent.sources._sysfs import (
-    _HEX_CHARS,
-    AttributeReader,
-    MalformedId,
-    PrefetchedAttrs,
-    canonical_label_fields,
-    device_label,
-    hex_digits,
-)
+from agent.sources._sysfs import AttributeReader, MalformedId, canonical_label_fields, device_label, hex_digits
 
 NAME = "usb"
 FEATURES: Mapping[str, ElementNames] = {
@@ -44,6 +41,8 @@ DEVICES = "/sys/bus/usb/devices"
 LABEL_FIELDS = ("class", "vendor", "device", "serial")
 """Valid ``deviceLabelFields``, in NFD's canonical label order."""
 DEFAULT_LABEL_FIELDS = ("class", "vendor", "device")
+UNDETERMINED_LABELS = nfd_label(NAME, "*")
+"""What an unreadable device decides: any ``usb-*`` label (its own cannot be named)."""
 
 
 @dataclass(frozen=True)
@@ -52,118 +51,50 @@ class Config:
 
     device_class_whitelist: tuple[str, ...] = nfd_option("deviceClassWhitelist", ("0e", "ef", "fe", "ff"))
     device_label_fields: tuple[str, ...] = nfd_option("deviceLabelFields", DEFAULT_LABEL_FIELDS)
+
+
 _EXTRA_FILES = ("busnum", "devnum", "devpath", "speed", "manufacturer", "product")
-#: optional files of a device directory, read only when its listing shows them
-_OPTIONAL_FILES = ("bDeviceClass", "serial", *_EXTRA_FILES)
 #: every file of a device directory the source reads, in reading order, each where listed
-_DEVICE_FILES = ("idVendor", "idProduct", *_OPTIONAL_FILES)
+_DEVICE_FILES = ("idVendor", "idProduct", "bDeviceClass", "serial", *_EXTRA_FILES)
 
 
 def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     reader = AttributeReader(host, NAME)
-    if not host.is_dir(DEVICES):
-        return SourceResult(NAME)
     instances: list[Instance] = []
-    # interfaces (<device>:<config>.<interface>) are never device names; each device directory
-    # is read in one go (HostFS.read_directories): one listing says which optional files to read
-    # and names its interface directories, instead of a failed open per absent file
-    devices = [name for name in reader.listdir(DEVICES) if ":" not in name]
-    for name, found in host.read_directories(DEVICES, devices, optional=_DEVICE_FILES, through_link=True):
-        entry = f"{DEVICES}/{name}"
-        if isinstance(found, HostFileError):
-            reader.error(entry, f"unlistable: {found.reason}")
-            continue
-        if found.listing_error is not None:
-            reader.error(entry, f"unlistable: {found.listing_error.reason}")
-            continue
-        if "idProduct" not in found.names:
-            continue  # an interface, or a device that vanished before we looked
-        instances.extend(read_device(reader, name, found))
+    features: dict[str, Feature] = {}
+    with reader.deciding("device", UNDETERMINED_LABELS):
+        if reader.is_dir(DEVICES):
+            # interfaces (<device>:<config>.<interface>) are never device names
+            for name in reader.listdir(DEVICES):
+                if ":" not in name:
+                    instances.extend(read_device(reader, name))
+            features["device"] = Feature(instances=instances, origin=DEVICES)
     labels, origins = device_labels(reader, instances, config)
-    features = {"device": Feature(instances=instances, origin=DEVICES)}
-    return SourceResult(NAME, features, labels, reader.errors, origins)
+    return SourceResult(NAME, features, labels, reader.errors, origins, reader.undetermined)
 
 
-def read_device(reader: AttributeReader, name: str, found: DirectoryRead | None = None) -> list[Instance]:
+def read_device(reader: AttributeReader, name: str) -> list[Instance]:
     """The instances one USB device yields (none, with an error, if its IDs are bad).
 
-    ``found`` is the device directory already read (:meth:`HostFS.read_directory` through
-    ``/sys/bus/usb/devices/<name>``); without it the directory is read here."""
+    The device directory is listed once: which optional files to read, and its interface
+    directories. Files are read through the bus link (errors name ``/sys/bus/usb/devices/..``),
+    instances name the resolved directory."""
     entry = f"{DEVICES}/{name}"
-    if found is None:
-        try:
-            found = reader.host.read_directory(entry, optional=_DEVICE_FILES, through_link=True)
-        except HostFileError as exc:
-            reader.error(entry, f"cannot resolve: {exc.reason}")
-            return []
-    device_dir = found.path
-    present = found.names or frozenset()
-    values = found.values
-    klass, vendor, product = values.get("bDeviceClass"), values.get("idVendor"), values.get("idProduct")
-    # the common case checked in one go: every file read, the IDs in the kernel's form (exactly
-    # 4 hex digits, the class 2 or absent); anything else takes the checks below, which say why
-    if (not found.failures and vendor and product and len(vendor) == 4 and len(product) == 4
-            and (not klass or len(klass) == 2) and not (vendor + product + (klass or "")).strip(_HEX_CHARS)):
-        attrs = {"class": klass.lower()} if klass else {}
-        attrs["vendor"] = vendor.lower()
-        attrs["device"] = product.lower()
-        serial = values.get("serial")
-        if serial:
-            attrs["serial"] = serial
-        attrs["sysfs_name"] = name
-        for file in _EXTRA_FILES:
-            value = values.get(file)
-            if value:
-                attrs[file] = value
-    else:
-        checked = _checked_attributes(reader, name, entry, found)
-        if checked is None:
-            return []
-        attrs = checked
-    return _instances(reader, entry, present, device_dir, attrs)
-
-
-def _checked_attributes(reader: AttributeReader, name: str, entry: str, found: DirectoryRead) -> dict[str, str] | None:
-    """A device's attributes checked file by file, each failure reported in reading order;
-    ``None`` (after the error) when its IDs are missing or malformed."""
-    files = PrefetchedAttrs(reader, found.values, found.failures)
-    attrs: dict[str, str] = {}
-    for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
-        if attr == "class":
-            raw = files.attr(file)
-            if not raw:
-                continue  # NFD: no class attribute, so no class-00 expansion and no label
-        else:
-            raw = reader.required_value(f"{entry}/{file}", files.values.get(file), files.failures.get(file),
-                                        f"USB device {name} skipped")
-            if raw is None:
-                return None
-        try:
-            attrs[attr] = hex_digits(raw, digits, prefixed=False)
-        except MalformedId as exc:
-            reader.error(f"{entry}/{file}", f"{exc}; USB device {name} skipped")
-            return None
-    serial = files.attr("serial")
-    if serial:
-        attrs["serial"] = serial
-    attrs["sysfs_name"] = name
-    values = found.values
-    for file in _EXTRA_FILES:
-        value = files.attr(file) if found.failures else values.get(file)  # (attr reports a failure)
-        if value:
-            attrs[file] = value
-    return attrs
-
-
-def _instances(reader: AttributeReader, entry: str, present: Collection[str], device_dir: str,
-               attrs: dict[str, str]) -> list[Instance]:
-    """The device's instance, or one per interface for class ``00`` (NFD's expansion)."""
+    present = reader.listdir(entry)
+    if "idProduct" not in present:
+        return []  # an interface, or a device that vanished before we looked
+    device_dir = reader.resolve(entry)
+    if device_dir is None:
+        return []
+    values, failures = reader.attrs(entry, [f for f in _DEVICE_FILES if f in present])
+    attrs = _attributes(reader, name, entry, values, failures)
+    if attrs is None:
+        return []
     interfaces = read_interfaces(reader, entry, present, device_dir)
     if attrs.get("class") != "00":
-        for _, _, driver in interfaces:
-            if driver:
-                attrs["driver"] = driver
-                break
+        driver = next((driver for _, _, driver in interfaces if driver), None)
+        if driver:
+            attrs["driver"] = driver
         return [Instance(attrs, device_dir)]
     expanded = []
     for iface_name, iface_class, driver in interfaces:
@@ -176,6 +107,44 @@ def _instances(reader: AttributeReader, entry: str, present: Collection[str], de
     return expanded
 
 
+def _attributes(reader: AttributeReader, name: str, entry: str, values: Mapping[str, str | None],
+                failures: Mapping[str, HostFileError]) -> dict[str, str] | None:
+    """A device's attributes checked file by file, each failure reported in reading order;
+    ``None`` (after the error) when its IDs are missing or malformed."""
+    def read(file: str) -> str | None:
+        failure = failures.get(file)
+        if failure is not None:
+            reader.failure(failure)
+            return None
+        return values.get(file)
+
+    attrs: dict[str, str] = {}
+    for attr, file, digits in (("class", "bDeviceClass", 2), ("vendor", "idVendor", 4), ("device", "idProduct", 4)):
+        if attr == "class":
+            raw = read(file)
+            if not raw:
+                continue  # NFD: no class attribute, so no class-00 expansion and no label
+        else:
+            raw = reader.required_value(f"{entry}/{file}", values.get(file), failures.get(file),
+                                        f"USB device {name} skipped")
+            if raw is None:
+                return None
+        try:
+            attrs[attr] = hex_digits(raw, digits, prefixed=False)
+        except MalformedId as exc:
+            reader.error(f"{entry}/{file}", f"{exc}; USB device {name} skipped")
+            return None
+    serial = read("serial")
+    if serial:
+        attrs["serial"] = serial
+    attrs["sysfs_name"] = name
+    for file in _EXTRA_FILES:
+        value = read(file)
+        if value:
+            attrs[file] = value
+    return attrs
+
+
 def interface_prefixes(name: str) -> tuple[str, ...]:
     """How the kernel names a device's interface directories: ``1-2`` -> ``1-2:`` (``1-2:1.0``);
     a root hub ``usb3`` -> ``3-0:`` (``3-0:1.0``; ``usb3:`` is accepted too)."""
@@ -184,35 +153,22 @@ def interface_prefixes(name: str) -> tuple[str, ...]:
     return (f"{name}:",)
 
 
-def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str] | None = None,
-                    device_dir: str | None = None) -> list[tuple[str, str | None, str | None]]:
+def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str],
+                    device_dir: str) -> list[tuple[str, str | None, str | None]]:
     """``(name, bInterfaceClass or None if bad, bound driver)`` per ``<devdir>/*/bInterfaceClass``.
 
     Only the children named as interfaces (``<device>:<config>.<interface>``) are looked at:
     a device directory holds some thirty other entries, none of which has ``bInterfaceClass``.
-    ``device_dir``: where ``entry`` resolves to, when the caller knows; the interfaces are read
-    there (errors still name them below ``entry``)."""
-    if present is None:
-        present = reader.entries(entry)
+    They are read in the resolved ``device_dir``; errors name them below ``entry``."""
     prefixes = interface_prefixes(entry.rpartition("/")[2])
-    children = sorted([name for name in present if ":" in name and name.startswith(prefixes)])
-    if not children:
-        return []
-    # one lookup of the device directory for all its interfaces (HostFS.read_children)
-    read = reader.host.read_children(device_dir or entry, children, ("bInterfaceClass",), ("driver",))
     found = []
-    for child in children:
-        values, failures, links = read[child]
-        raw = values.get("bInterfaceClass")
-        # the common case: read, in the kernel's form (2 hex digits, as hex_digits returns it)
-        if not failures and raw is not None and len(raw) == 2 and not raw.strip(_HEX_CHARS):
-            found.append((child, raw.lower(), links["driver"]))
-            continue
-        failure = failures.get("bInterfaceClass")
+    for child in sorted(name for name in present if ":" in name and name.startswith(prefixes)):
         path = f"{entry}/{child}/bInterfaceClass"
+        values, failures = reader.attrs(f"{device_dir}/{child}", ("bInterfaceClass",))
+        failure = failures.get("bInterfaceClass")
+        raw = values.get("bInterfaceClass")
         if failure is not None:
-            reader.error(path, f"unreadable: {failure.reason}")
-            raw = None
+            reader.failure(failure, path=path)
         elif raw is None:
             continue  # no bInterfaceClass: not an interface after all, or gone
         iface_class = None
@@ -221,7 +177,7 @@ def read_interfaces(reader: AttributeReader, entry: str, present: Collection[str
                 iface_class = hex_digits(raw, 2, prefixed=False)
             except MalformedId as exc:
                 reader.error(path, f"{exc}; interface skipped")
-        found.append((child, iface_class, links["driver"]))
+        found.append((child, iface_class, reader.link_name(f"{device_dir}/{child}/driver")))
     return found
 
 
@@ -234,7 +190,6 @@ def device_labels(
         reader.error("", f"unknown usb label field {field!r} ignored (valid: {', '.join(LABEL_FIELDS)})")
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
-    # first_whitelisted's prefix match with the whitelist lowered once per pass, not per instance
     whitelist = tuple(str(entry).lower() for entry in config.device_class_whitelist)
     for instance in instances:
         attrs = instance.attributes

@@ -2,14 +2,14 @@
 even when one read fails on the way.
 
 Found in bench/fleet.py's idle sample: ``cpu-hardware_multithreading`` removed and put back a
-second later (2 PATCH + 2 Event). The cause, reproduced here without timing: ``openat2`` with
-``RESOLVE_IN_ROOT`` fails a lookup that steps through ``..`` (every ``/sys/bus/cpu/devices/cpuN``
-link) with EAGAIN when a rename anywhere on the system races it (openat2(2)); one CPU's
-``topology/`` then read as unreadable, the cpu source reported no topology (as NFD's
-``discoverTopology`` does on any read error) and the agent removed the label. Two fixes, each
-tested: the seam retries EAGAIN (``agent.hostfs._openat2``), and a feature a source could not
-determine keeps its previous answer (``SourceResult.undetermined``,
-``agent.discovery_evidence.carry_undetermined``): removal needs positive evidence (issue 10).
+second later (2 PATCH + 2 Event). The cause: ``openat2`` with ``RESOLVE_IN_ROOT`` fails a lookup
+that steps through ``..`` (every ``/sys/bus/cpu/devices/cpuN`` link) with EAGAIN when a rename
+anywhere on the system races it (openat2(2)); one CPU's ``topology/`` then read as unreadable,
+the cpu source reported no topology (as NFD's ``discoverTopology`` does on any read error) and
+the agent removed the label. Both causes are tested: the seam now walks every path itself, so no
+race refuses a lookup, and a feature a source could not determine keeps its previous answer
+(``SourceResult.undetermined``, ``agent.discovery_evidence.carry_undetermined``): removal
+needs positive evidence.
 
 Also here: a host that never had an evidence file (the ``lscpu-*`` recordings have no
 ``/proc/meminfo``) is not a failing source, so no ``DiscoverySourceFailed`` Warning is posted
@@ -19,7 +19,6 @@ all get the single-threaded answer.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import os
@@ -28,7 +27,6 @@ import threading
 
 import pytest
 
-from agent import hostfs as hostfs_module
 from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
@@ -61,57 +59,33 @@ def cpu_topology_file(n: int, name: str = "thread_siblings_list") -> str:
     return f"/sys/devices/system/cpu/cpu{n}/topology/{name}"
 
 
-# -- the root cause: EAGAIN from openat2, deterministic --------------------------------------
+# -- the root cause: lookups through ".." racing renames elsewhere ------------------------------
 
-@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2: nothing to retry")
-def test_openat2_eagain_is_retried_and_a_persistent_one_is_an_error_not_missing(monkeypatch):
-    """openat2(2): "EAGAIN ... RESOLVE_IN_ROOT ... the kernel could not ensure that a '..'
-    component didn't escape (due to a race condition...). The caller may choose to retry."
-    The syscall is made to fail exactly as the kernel does (-1, errno EAGAIN) a given number
-    of times: fewer than the seam's tries opens the directory, more is an OSError(EAGAIN) (a
-    read error the caller reports), never ENOENT (which would read as "file missing")."""
-    real, calls = hostfs_module._SYSCALL, []
-
-    def syscall(nr, dirfd, path, how, size):
-        calls.append(path)
-        if len(calls) <= failures:
-            ctypes.set_errno(errno.EAGAIN)
-            return -1
-        return real(nr, dirfd, path, how, size)
-
-    monkeypatch.setattr(hostfs_module, "_SYSCALL", syscall)
-    root = os.open(str(FIXTURES / "coral-usb"), os.O_PATH | os.O_DIRECTORY)
-    try:
-        failures = 3
-        fd = hostfs_module._openat2(root, "sys/bus/cpu/devices/cpu1/topology", hostfs_module._DIR_FLAGS)
-        os.close(fd)
-        assert len(calls) == 4
-        calls.clear()
-        failures = 10 ** 6
-        with pytest.raises(OSError) as caught:
-            hostfs_module._openat2(root, "sys/bus/cpu/devices/cpu1/topology", hostfs_module._DIR_FLAGS)
-        assert caught.value.errno == errno.EAGAIN and len(calls) == hostfs_module._EAGAIN_TRIES
-    finally:
-        os.close(root)
-
-
-@pytest.mark.skipif(not hostfs_module._openat2_available(), reason="this kernel has no openat2: nothing to retry")
 @pytest.mark.parametrize("case", ["coral-usb", "dgx-usb-lab", "jetson-nano", "amd-gpu"])
-def test_openat2_that_never_stops_saying_eagain_gives_the_walks_answer(monkeypatch, case):
-    """A rename storm that outlasts every retry: each openat2 fails with EAGAIN, and the seam
-    opens the path with its Python walk instead (as on a kernel without openat2). Discovery
-    is exactly the walk-only answer: no "vanished during scan" disk (``is_dir`` false), no
-    unreadable topology, no error."""
+def test_renames_elsewhere_on_the_system_change_no_answer(tmp_path, case):
+    """A rename storm in another process (the real kernel, as kubelet and log rotation make
+    one) while the host is discovered again and again: every pass gives the quiet answer. The
+    seam walks every path itself (``openat`` and ``readlinkat`` from open directories, ``..``
+    stepped lexically from a real path), so no lookup can be refused for a race (openat2's
+    ``RESOLVE_IN_ROOT`` answers EAGAIN there, which once read as an unreadable topology)."""
+    import subprocess
+    import sys
+
     config = DiscoveryConfig(node_name=NODE)
-    want = discover(HostFS(str(FIXTURES / case), kernel_resolve=False), config).results
-
-    def syscall(nr, dirfd, path, how, size):
-        ctypes.set_errno(errno.EAGAIN)
-        return -1
-
-    monkeypatch.setattr(hostfs_module, "_SYSCALL", syscall)
-    got = discover(HostFS(str(FIXTURES / case), kernel_resolve=True), config).results
-    assert got == want
+    want = discover(HostFS(str(FIXTURES / case)), config).results
+    (tmp_path / "a").write_text("")
+    churn = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys\n"
+        "a, b = sys.argv[1] + '/a', sys.argv[1] + '/b'\n"
+        "while True:\n"
+        "    os.rename(a, b); os.rename(b, a)\n"), str(tmp_path)])
+    try:
+        wait_for(lambda: (tmp_path / "b").exists() or churn.poll() is not None, what="the rename loop running")
+        for _ in range(5):
+            assert discover(HostFS(str(FIXTURES / case)), config).results == want
+    finally:
+        churn.kill()
+        churn.wait()
 
 
 # -- the fail-safety: an undetermined feature keeps its previous answer ------------------------

@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.sources import kernel
-from agent.sources.kernel import (_parse_builtin_lines, _parse_kconfig_lines, _parse_modules_lines, parse_builtin,
-                                  parse_kconfig, parse_modules, version_attributes)
+from agent.sources.kernel import parse_builtin, parse_kconfig, parse_modules, version_attributes
 from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, merge, slot, value_bytes
 from tests.fuzz.properties import check_source
 
@@ -97,32 +96,13 @@ def test_kernel_parsers_total(text):
     assert full == "" or full.isascii()
 
 
-#: text the one-pass parsers see: config, module and builtin lines, odd whitespace, "\n" only
-LINE_TEXT = st.lists(st.one_of(KCONFIG_LINE, MODULE_LINE,
-                               st.sampled_from(["kernel/fs/ext4/ext4.ko", " x.ko ", ".ko", "a/.ko", "a.ko.ko", "ko",
-                                                "d/ b.ko", "  a /b.ko\t", "x.KO", "-.ko", "/", "\u3000y.ko"]),
-                               st.text(max_size=20)), max_size=12).map("\n".join)
-
-
-@fuzz(400)
-@given(text=st.one_of(LINE_TEXT, st.text(max_size=200), LINE_TEXT.map(lambda t: t + "\n"),
-                      LINE_TEXT.map(lambda t: t.replace("\n", "\r\n"))))
-def test_one_pass_parsers_are_the_line_by_line_ones(text):
-    """parse_kconfig/parse_modules/parse_builtin scan the text in one regex pass where only "\n"
-    ends its lines: the same answer as their line-by-line forms (str.splitlines) on any text."""
-    assert parse_kconfig(text) == _parse_kconfig_lines(text)
-    assert list(parse_kconfig(text).items()) == list(_parse_kconfig_lines(text).items())
-    assert parse_modules(text) == _parse_modules_lines(text)
-    assert parse_builtin(text) == _parse_builtin_lines(text)
-
-
-def test_one_pass_parsers_stay_linear_on_hostile_lines():
+def test_hostile_lines_are_parsed_in_one_scan():
     """A module list or modules.builtin is host input of up to 8 MiB: a line of a million blanks
-    before junk, or of 100,000 "/a" steps, is parsed in one scan (milliseconds).  Leading blanks
-    the modules.builtin pattern could give back made it rescan the line for a "/" once per blank:
-    quadratic, 80 ms for 16,000 blanks, minutes for this test's million (hours for 8 MiB)."""
+    before junk, or of 100,000 "/a" steps, is one line like any other (a pattern that backtracks
+    into leading blanks would take hours here, and the suite's timeout would say so)."""
     for text in (" " * 1_000_000 + "x!", " " * 1_000_000 + "/x!", "x" + " " * 1_000_000 + "!", "/a" * 100_000 + "!",
                  "a" * 200_000 + "!", " \t" * 100_000 + "x"):
-        assert parse_builtin(text) == _parse_builtin_lines(text)
-        assert parse_modules(text) == _parse_modules_lines(text)
-        assert parse_kconfig(text) == _parse_kconfig_lines(text)
+        assert parse_builtin(text) <= {"x", "a"}
+        names, rejected = parse_modules(text)
+        assert len(names) + len(rejected) == 1
+        assert parse_kconfig(text) == {}

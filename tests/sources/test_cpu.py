@@ -583,16 +583,9 @@ class LiveHost(HostFS):
     """A tree that claims to be the live host (files still come from the tree), to exercise
     the py-cpuinfo path without depending on the machine running the tests."""
 
-    def __init__(self, root):
-        super().__init__(root)
-        self._tree = HostFS(root)
-
     @property
     def is_live(self) -> bool:
         return True
-
-    def real_path(self, host_path: str):
-        return self._tree.real_path(host_path)
 
 
 FAKE_INFO = {"arch_string_raw": "x86_64", "vendor_id_raw": "AuthenticAMD", "family": 25, "model": 1,

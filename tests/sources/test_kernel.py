@@ -291,43 +291,24 @@ def _usr_src_layouts(root: Path) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("layout", list(_usr_src_layouts(Path("/")).keys()))
-@pytest.mark.parametrize("release", [RELEASE, "5.15.0/../../../boot"])
-def test_usr_src_candidates_decided_from_one_listing_as_from_their_reads(tmp_path, monkeypatch, layout, release):
-    """The five kconfig candidates below /usr/src are skipped when one listing of /usr/src shows
-    their directory absent; the answer (config found, errors) is the one reading each candidate
-    gives, for every layout (a release that makes a candidate path no normal form is read as
-    is); and an absent candidate is never opened."""
-    def answer(root, recorder=None):
-        result = kernel.discover(HostFS(root, recorder=recorder), kernel.Config())
-        return ({name: (dict(f.attributes), f.origin) for name, f in result.features.items() if name == "config"},
-                [(e.path, e.message) for e in result.errors])
+#: layout -> the kconfig NFD's search order finds (the first candidate there and readable)
+_FOUND = {"absent": f"/boot/config-{RELEASE}", "empty": f"/boot/config-{RELEASE}",
+          "first candidate": f"/usr/src/linux-{RELEASE}/.config",
+          "headers only": f"/usr/src/linux-headers-{RELEASE}/.config", "a file": f"/boot/config-{RELEASE}",
+          "config is a directory": f"/boot/config-{RELEASE}", "linked inside": "/usr/src/linux/.config",
+          "root linked elsewhere": f"/usr/src/linux-{RELEASE}/.config", "dangling entry": f"/boot/config-{RELEASE}"}
 
-    root = host_with(tmp_path / "root", release)
+
+@pytest.mark.parametrize("layout", list(_usr_src_layouts(Path("/")).keys()))
+def test_usr_src_candidates_are_read_in_nfds_order(tmp_path, layout):
+    """The kconfig candidates below /usr/src, in every layout, then /boot: the first one there
+    and readable is the config; one that is there and cannot be read (a directory) is reported
+    and leaves ``kernel.config`` undetermined (it might have been the answer)."""
+    root = host_with(tmp_path / "root", RELEASE)
     put(root, f"/boot/config-{RELEASE}", UBUNTU_CONFIG)
     _usr_src_layouts(root)[layout]()
-    seen: list[str] = []
-    listed = answer(root, seen.append)
-    with monkeypatch.context() as patch:
-        patch.setattr(kernel._UsrSrc, "certainly_absent", lambda self, path: False)
-        assert listed == answer(root)  # every candidate read, as before the listing
-    if layout in ("absent", "empty") and release == RELEASE:
-        assert "/usr/src" in seen and not [path for path in seen if path.startswith("/usr/src/")]
-        assert listed[0]["config"][1] == f"/boot/config-{RELEASE}"
-
-
-def test_an_unlistable_usr_src_has_each_candidate_read(tmp_path):
-    """/usr/src there but not listable (EACCES; root cannot make one, so the seam says so): every
-    candidate below it is read as before and the config there found."""
-    from agent.hostfs import HostFileError
-
-    class Unlistable(HostFS):
-        def listdir(self, host_path):
-            if host_path == "/usr/src":
-                raise HostFileError(host_path, "Permission denied")
-            return super().listdir(host_path)
-
-    root = host_with(tmp_path)
-    put(root, f"/usr/src/linux-headers-{RELEASE}/.config", "CONFIG_NO_HZ=y\n")
-    result = kernel.discover(Unlistable(root), kernel.Config())
-    assert result.features["config"].origin == f"/usr/src/linux-headers-{RELEASE}/.config" and not result.errors
+    result = kernel.discover(HostFS(root), kernel.Config())
+    assert result.features["config"].origin == _FOUND[layout]
+    unreadable = layout == "config is a directory"
+    assert [e.path for e in result.errors] == ([f"/usr/src/linux-rt-{RELEASE}/.config"] if unreadable else [])
+    assert dict(result.undetermined) == ({"config": ("feature.node.kubernetes.io/kernel-config.*",)} if unreadable else {})

@@ -24,7 +24,7 @@ from agent.config import discovery_config, selected_sources
 from agent.discovery import discover
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
-from agent.snapshot import RecordingHostFS
+from agent.snapshot import Recording
 from tests.conftest import FIXTURES, REPO
 from tests.support.recorded_tools import recorded_tool
 
@@ -316,8 +316,8 @@ def test_whole_recording_reads_nothing_outside_the_cut(whole):
     directories that nobody read through (``subsystem``, ``power``, ``ep_00``, ...) are the only
     other difference, and they are not touched."""
     args = build_parser().parse_args(["discover", "--host-root", str(whole), "--node-name", "fixture-node"])
-    host = RecordingHostFS(whole)
-    discover(host, discovery_config(args), selected_sources(args))
+    host = Recording()
+    discover(HostFS(whole, recorder=host), discovery_config(args), selected_sources(args))
 
     def seen(root: Path, host_path: str):
         real = Path(os.path.realpath(root / host_path.lstrip("/")))

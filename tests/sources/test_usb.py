@@ -267,7 +267,7 @@ def test_unplugged_between_glob_and_read(tmp_path):
     root_hubs(tmp_path)
     devdir = tmp_path / coral_before_firmware(tmp_path).lstrip("/")
 
-    def unplug(host_path: str) -> None:
+    def unplug(operation: str, host_path: str, outcome: object) -> None:
         if host_path == "/sys/bus/usb/devices/1-2/idVendor" and devdir.exists():
             shutil.rmtree(devdir)
 
