@@ -158,10 +158,10 @@ def nfd_flags(arch: str, raw_flags: list[str], vendor: str = "",
                     if not found and flag not in ("ssbd", "virt_ssbd")]
         out = x86_derived_flags(out, set(raw_flags), vendor, fields or {})
     elif arch in ("arm64", "arm", "s390x"):
-        table = {"arm64": ARM64_HWCAPS, "arm": ARM32_HWCAPS, "s390x": S390_HWCAPS}[arch]
+        hwcaps = {"arm64": ARM64_HWCAPS, "arm": ARM32_HWCAPS, "s390x": S390_HWCAPS}[arch]
         for flag in raw_flags:
-            if flag in table:
-                out.add(table[flag])
+            if flag in hwcaps:
+                out.add(hwcaps[flag])
             else:
                 unmapped.append(flag)
     return frozenset(out), unmapped

@@ -87,7 +87,7 @@ def recorded_facts(host: HostFS) -> dict[str, Any] | None:
         value = data[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise LiveFactsError(f"{key!r} is {type(value).__name__}, expected {kind.__name__}")
-        if kind is list and not all(isinstance(f, str) for f in value):
+        if isinstance(value, list) and not all(isinstance(f, str) for f in value):  # kind is list
             raise LiveFactsError(f"{key!r} must be a list of strings")
         facts[key] = value
     return facts
