@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from agent.sources import cpu
 from agent.sources.cpu_cpuinfo import ARCHES, parse_cpuinfo, parse_cpuinfo_bytes
 from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, S390_HWCAPS, X86_FLAGS
-from agent.sources.cpu_ownproc import AuxvError, parse_auxv
 from agent.sources.cpu_live import LIVE_FACTS_PATH
+from agent.sources.cpu_ownproc import AuxvError, parse_auxv
 from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, huge, merge, slot, slots, value_bytes
 from tests.fuzz.properties import check_source
 
@@ -49,10 +49,10 @@ S390_BLOCK = st.tuples(st.sampled_from(["IBM/S390", "", "IBM / S390 !"]), FLAG_L
 OTHER_BLOCK = st.sampled_from([
     "processor\t: 0\ncpu\t\t: POWER9 (raw), altivec supported\nrevision\t: 2.2 (pvr 004e 1202)\n",
     "processor\t: 0\nhart\t\t: 1\nisa\t\t: rv64imafdc_zicsr\nmmu\t\t: sv39\n",
-    "system type\t\t: generic-loongson-machine\n\nprocessor\t\t: 0\nCPU Family\t\t: Loongson-64bit\n"
-    "ISA\t\t\t: loongarch32 loongarch64\nFeatures\t\t: cpucfg lam ual fpu lsx lasx\n",
-    "Processor\t: ARMv7 Processor rev 4 (v7l)\nprocessor\t: 0\nprocessor\t: 1\n\nFeatures\t: neon vfpv4 idiva\n"
-    "CPU implementer\t: 0x41\nCPU architecture: 7\nCPU part\t: 0xc0f\n",
+    ("system type\t\t: generic-loongson-machine\n\nprocessor\t\t: 0\nCPU Family\t\t: Loongson-64bit\n"
+     "ISA\t\t\t: loongarch32 loongarch64\nFeatures\t\t: cpucfg lam ual fpu lsx lasx\n"),
+    ("Processor\t: ARMv7 Processor rev 4 (v7l)\nprocessor\t: 0\nprocessor\t: 1\n\nFeatures\t: neon vfpv4 idiva\n"
+     "CPU implementer\t: 0x41\nCPU architecture: 7\nCPU part\t: 0xc0f\n"),
 ])
 RANDOM_BLOCK = st.lists(LINE, max_size=12).map("\n".join)
 CPUINFO = st.one_of(
@@ -111,7 +111,7 @@ SYSFS = slots({
 WRONG_KIND = st.lists(st.sampled_from([
     "/sys/bus/cpu/devices", "/sys/devices/system/node", f"{CPU}/cpufreq", f"{CPU}/intel_pstate",
     "/sys/bus/cpu/devices/cpu0", "/sys/bus/cpu/devices/cpu0/topology", "/sys/devices/system/node/node0",
-]), max_size=2, unique=True).map(lambda paths: {p: ("file", b"0\n") for p in paths})
+]), max_size=2, unique=True).map(lambda paths: dict.fromkeys(paths, ("file", b"0\n")))
 
 AUXV = st.one_of(
     st.lists(st.tuples(st.integers(0, 70), st.integers(0, 2**64 - 1)), max_size=12).flatmap(

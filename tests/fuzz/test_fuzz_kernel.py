@@ -88,8 +88,8 @@ def test_kernel_source_survives_any_tree(spec, config):
 def test_kernel_parsers_total(text):
     """The pure parsers accept any text and return only well-formed names."""
     options = parse_kconfig(text)
-    assert all(k and not k.startswith("CONFIG_") or k for k in options)
-    names, rejected = parse_modules(text)
+    assert all((k and not k.startswith("CONFIG_")) or k for k in options)
+    names, _rejected = parse_modules(text)
     assert all(n.isascii() and " " not in n for n in names)
     assert all(n.isascii() for n in parse_builtin(text))
     full = version_attributes(text)["full"]

@@ -37,13 +37,13 @@ def memory_tree(draw) -> dict:
         spec[f"/sys/bus/node/devices/{node}"] = draw(st.sampled_from([("dir",), ("link", f"../../../devices/system/node/{node}")]))
     for pool in draw(st.lists(st.sampled_from(POOLS), unique=True, max_size=3)):
         base = f"/sys/kernel/mm/hugepages/{pool}"
-        spec.update(draw(st.sampled_from(["dir", "file"])) == "file" and {base: ("file", b"1")} or rebase(draw(POOL_FILES), base))
+        spec.update((draw(st.sampled_from(["dir", "file"])) == "file" and {base: ("file", b"1")}) or rebase(draw(POOL_FILES), base))
     for region in draw(st.lists(st.sampled_from(["dax0.0", "namespace0.0", "pfn0.1"]), unique=True, max_size=2)):
         spec.update(rebase(draw(ND_FILES), f"/sys/bus/nd/devices/{region}"))
     spec = merge(spec, draw(slot("/proc/swaps", SWAPS)), draw(slot("/proc/meminfo", MEMINFO)))
     wrong = draw(st.lists(st.sampled_from(["/sys/bus/node/devices", "/sys/bus/nd/devices", "/sys/kernel/mm/hugepages"]),
                           unique=True, max_size=1))
-    return merge(spec, {p: ("file", b"0\n") for p in wrong})
+    return merge(spec, dict.fromkeys(wrong, ("file", b"0\n")))
 
 
 @fuzz(350)

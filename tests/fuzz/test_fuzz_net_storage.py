@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.hosttree import attribute_files, fuzz, host_tree, merge, rebase, value_bytes
+from tests.fuzz.hosttree import attribute_files, fuzz, host_tree, merge, rebase
 from tests.fuzz.properties import check_source
 
 IFACES = ["eth0", "ens1f0", "lo", "bond0", "bonding_masters", "x y", "\u00e9"]

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.sources import usb
-from tests.fuzz.hosttree import attribute_files, fuzz, hex_id, host_tree, merge, rebase, slots, value_bytes
+from tests.fuzz.hosttree import attribute_files, fuzz, hex_id, host_tree, merge, rebase
 from tests.fuzz.properties import check_source
 
 NAMES = ["1-1", "2-1", "usb1", "2-1.4", "x y", "\u00e9"]

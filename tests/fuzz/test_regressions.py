@@ -101,7 +101,7 @@ def test_fifo_in_host_tree_does_not_hang():
             raise AssertionError("reading a FIFO in the host tree hung discovery")
     [result] = outcome
     assert result.labels == {"feature.node.kubernetes.io/system-os_release.ID": "debian"}
-    assert ["/etc/os-release: unreadable: not a regular file (FIFO, socket or device node)"] == messages(result)
+    assert messages(result) == ["/etc/os-release: unreadable: not a regular file (FIFO, socket or device node)"]
     json.dumps([e.to_json() for e in result.errors])
 
 

@@ -142,7 +142,7 @@ def test_hostile_compatible(tmp_path, data, labels, flags, problems):
     if flags is not None:
         assert result.features["compatible"].flags == flags
     assert len(result.errors) == len(problems)
-    for error, fragment in zip(result.errors, problems):
+    for error, fragment in zip(result.errors, problems, strict=True):
         assert error.path == f"{BASE}/compatible" and fragment in error.message
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import local
 
-NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 D = LOCAL_FEATURES_DIR
 
 
@@ -151,8 +151,8 @@ def test_no_label_line_may_carry_a_non_label_value(tmp_path):
 
 
 @pytest.mark.parametrize("text, parsed", [
-    ("2025-01-01T00:00:00Z", datetime(2025, 1, 1, tzinfo=timezone.utc)),
-    ("2025-01-01t10:00:00.123456789+02:00", datetime(2025, 1, 1, 8, 0, 0, 123456, tzinfo=timezone.utc)),
+    ("2025-01-01T00:00:00Z", datetime(2025, 1, 1, tzinfo=UTC)),
+    ("2025-01-01t10:00:00.123456789+02:00", datetime(2025, 1, 1, 8, 0, 0, 123456, tzinfo=UTC)),
 ])
 def test_rfc3339(text, parsed):
     assert local.parse_rfc3339(text) == parsed

@@ -8,7 +8,7 @@ value below is copied from the NFD test named beside it, not from our output.
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ NFD = REPO / "fixtures" / "nfd-testdata"
 def local_result():
     root = NFD / "source/local/testdata"
     return local.discover(HostFS(root), local.Config(features_dir="/features.d"),
-                          now=datetime.now(timezone.utc))
+                          now=datetime.now(UTC))
 
 
 def test_local_counts_as_nfd():

@@ -87,7 +87,7 @@ def gpu_server(root: Path) -> None:
                  revision="0x00")
 
 
-def run(root: Path, **config) -> "pci.SourceResult":
+def run(root: Path, **config) -> pci.SourceResult:
     return pci.discover(HostFS(root), pci.Config(**config))
 
 
@@ -363,7 +363,7 @@ ID_BYTES = st.one_of(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.fixed_dictionaries({f: ID_BYTES for f in ("class", "vendor", "device", "subsystem_vendor", "subsystem_device")}),
+@given(st.fixed_dictionaries(dict.fromkeys(("class", "vendor", "device", "subsystem_vendor", "subsystem_device"), ID_BYTES)),
        st.lists(st.text(alphabet="0123456789abcdefX_", max_size=5), max_size=3))
 def test_any_id_bytes_never_crash_and_labels_are_valid(ids, whitelist):
     with tempfile.TemporaryDirectory() as tmp:

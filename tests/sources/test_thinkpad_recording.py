@@ -155,9 +155,9 @@ def test_pci_driver_names_as_the_old_kernel_wrote_them(result):
 def test_block_devices_have_no_queue_attributes(result):
     """NFD reads queue/{dax,rotational,nr_zones,zoned}: 2.6.27 has none of them, and the idle
     loop and md devices have no queue directory at all; each device is still an instance."""
-    assert sorted(map(lambda a: tuple(sorted(a.items())), instances(result, "storage.block"))) == sorted(
-        ((("name", name),) for name in ("loop0", "loop1", "loop2", "loop3", "loop4", "loop5", "loop6",
-                                         "loop7", "md0", "sda", "sdb", "sr0")))
+    assert sorted(tuple(sorted(a.items())) for a in instances(result, "storage.block")) == sorted(
+        (("name", name),) for name in ("loop0", "loop1", "loop2", "loop3", "loop4", "loop5", "loop6",
+                                         "loop7", "md0", "sda", "sdb", "sr0"))
 
 
 def test_network_as_nfd_splits_it(result):
