@@ -102,22 +102,27 @@ def parse_feature_file(text: str, now: datetime) -> ParsedFile:
             continue
         if expiry is not None and expiry < now:
             continue  # NFD: before the directives are reset (see docstring)
-        key, has_value, value = line.partition("=")
-        value = value if has_value else "true"
-        feature_problem = "" if skip_feature else _feature_problem(key, value)
-        label_problem = "" if skip_label else _label_problem(key, value)
-        if label_problem or feature_problem:  # one report a line; the label's says more
-            result.problems.append((number, label_problem or feature_problem))
-        if skip_feature:
-            result.features.pop(key, None)
-        elif not feature_problem:
-            result.features[key] = value
-        if skip_label:
-            result.labels.pop(key, None)
-        elif not label_problem:
-            result.labels[key] = value
+        _apply_line(result, number, line, skip_label=skip_label, skip_feature=skip_feature)
         skip_label = skip_feature = False  # a directive covers the next feature line only
     return result
+
+
+def _apply_line(result: ParsedFile, number: int, line: str, *, skip_label: bool, skip_feature: bool) -> None:
+    """One ``key[=value]`` line into ``result``; a skipped kind deletes the key's earlier entry."""
+    key, has_value, value = line.partition("=")
+    value = value if has_value else "true"
+    feature_problem = "" if skip_feature else _feature_problem(key, value)
+    label_problem = "" if skip_label else _label_problem(key, value)
+    if label_problem or feature_problem:  # one report a line; the label's says more
+        result.problems.append((number, label_problem or feature_problem))
+    if skip_feature:
+        result.features.pop(key, None)
+    elif not feature_problem:
+        result.features[key] = value
+    if skip_label:
+        result.labels.pop(key, None)
+    elif not label_problem:
+        result.labels[key] = value
 
 
 def _label_problem(key: str, value: str) -> str:
