@@ -12,7 +12,8 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   changes ride along: kubernetes-api.md 2.1, ``pkg/registry/core/node/strategy.go``), so the
   removal and the record trim are atomic too; a resource we add is recorded before (never
   after) it is written.
-* ``skip`` names items the API server rejected (422): they are left exactly as they are.
+* ``skip`` names items left exactly as they are (an owned one stays in the record): those the
+  API server rejected (422) and those another writer keeps changing back (``contest``).
 * Desired items Kubernetes would reject are refused here (reported, not sent).
 * ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides, a
   trailing ``*`` a prefix; ``hold_every_label``: all) and ``desired.held_resources``: an owned
@@ -168,6 +169,8 @@ def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], s
 
     for name, value in sorted(want.items()):
         if ("resource", name) in skip:
+            if name in owned:
+                record.add(name)  # left as it is, and still ours
             continue
         present = name in capacity or name in allocatable
         if name in owned and present and name in held:

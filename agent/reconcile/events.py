@@ -51,6 +51,8 @@ REASON_RECORD_REJECTED = "OwnershipRecordRejected"
 REASON_RECORD_REBUILT = "OwnershipRecordRebuilt"
 REASON_READ_FAILED = "DiscoveryReadFailed"
 """A host file could not be read: what it decides is held as the Node has it."""
+REASON_CONTESTED = "LabelContested"
+"""Another writer changed a key back after each of the agent's writes; the agent stopped (``contest``)."""
 
 
 def summarize(changes: Iterable[str], limit: int = MAX_MESSAGE) -> str:

@@ -24,6 +24,9 @@ class ReconcileOutcome:
     #: the error was 404 on the Node (not registered yet, deleted, or a wrong --node-name): the
     #: run loop retries as soon as its Node watch sees the node appear, not after the backoff
     node_missing: bool = False
+    #: seconds until a rewrite of a key another writer changed back is due (``contest``);
+    #: None when none waits. The run loop passes again then, unless an event comes first
+    rewrite_in: float | None = None
     #: changes still missing after a pass wrote only part of its plan (e.g. the labels went in,
     #: the status.capacity PATCH failed): () when the Node is whole; kept across passes that
     #: write nothing, cleared by the first pass that converges

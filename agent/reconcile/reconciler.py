@@ -32,6 +32,7 @@ from agent.reconcile.claims import (
     record_missing,
     unattributed_labels,
 )
+from agent.reconcile.contest import Contests, ContestSettings, Revert
 from agent.reconcile.diff import plan_node_changes
 from agent.reconcile.model import Change, ItemRef, LiveNode, NodePlan, wanted_items
 from agent.reconcile.node_api import (
@@ -123,6 +124,7 @@ class Reconciler:
         max_writes: int = 8,
         max_conflicts: int = 10,
         claims: ClaimPolicy = ClaimPolicy(),  # noqa: B008 - frozen, shared safely
+        contests: ContestSettings = ContestSettings(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.api = api
         self.node_name = node_name
@@ -136,6 +138,7 @@ class Reconciler:
         self._node_uid = ""
         self._startup_done_uid = ""
         self._refused = RefusedItems()
+        self._contests = Contests(contests, clock)
         self._reported: set[tuple[str, str, str, str]] = set()
         self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
         self._cached_plan: PlanFunction | None = None
@@ -148,6 +151,11 @@ class Reconciler:
     def node_uid(self) -> str:
         """The uid of the Node last seen (for Events about it); "" before the first read."""
         return self._node_uid
+
+    @property
+    def contested(self) -> int:
+        """Keys the agent leaves to another writer that reverted its writes (``contest``)."""
+        return self._contests.contested()
 
     @property
     def partial(self) -> tuple[str, ...]:
@@ -227,8 +235,11 @@ class Reconciler:
         except Exception as exc:  # a planning bug must not kill the agent: report it
             log.exception("planning the desired state failed for node %s", self.node_name)
             return self._result(live, run, f"planning failed: {exc}")
+        self._contests.observe(live, run.desired)
         ownership = self._ownership(live, run.desired, run.problems, announce=True)
         node_plan = self._plan_changes(live, run, ownership)
+        if not run.cleaning and self._contested(live, self._contests.reverts(node_plan.changes)):
+            node_plan = self._plan_changes(live, run, ownership)  # without the rewrites that wait
         if node_plan.empty and self._startup_taints_due(live, run):
             run.remove_startup = True
             node_plan = self._plan_changes(live, run, ownership)
@@ -279,8 +290,9 @@ class Reconciler:
         except NodeApiError as err:
             return self._failure(err, run, live)
         run.writes += 1
-        self._announce(live.uid, node_plan.status_changes if use_status else node_plan.metadata_changes,
-                       use_status, run)
+        changes = node_plan.status_changes if use_status else node_plan.metadata_changes
+        self._contests.written(changes)
+        self._announce(live.uid, changes, use_status, run)
         return answer
 
     def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
@@ -358,8 +370,22 @@ class Reconciler:
         return self._cached[1]
 
     def _skip(self, desired: DesiredNodeState) -> frozenset[ItemRef]:
-        """Items left exactly as they are: those the server refused (``RefusedItems``)."""
-        return self._refused.skip(wanted_items(desired))
+        """Items left exactly as they are: those the server refused (``RefusedItems``) and those
+        another writer keeps changing back (``contest``)."""
+        return self._refused.skip(wanted_items(desired)) | self._contests.skip()
+
+    def _contested(self, live: LiveNode, reverts: list[Revert]) -> bool:
+        """Log each revert; a contest given up also gets its Warning Event. True when some
+        rewrite now waits (the plan must be made again without it)."""
+        for revert in reverts:
+            extra = {"node": self.node_name, "event": "contested" if revert.given_up else "reverted",
+                     "change": f"{revert.kind} {revert.key}"}
+            if revert.given_up:
+                log.warning("node %s: %s", self.node_name, revert, extra=extra)
+                self.events.record(live.uid, ev.REASON_CONTESTED, str(revert), warning=True)
+            else:
+                log.info("node %s: %s", self.node_name, revert, extra=extra)
+        return any(r.given_up or r.delay > 0 for r in reverts)
 
     def _blame(self, err: Invalid, node_plan: NodePlan, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
         refs = rejected_items(err.causes, err.message,
@@ -415,13 +441,15 @@ class Reconciler:
             log.warning("node %s was deleted and recreated (uid %s -> %s); re-applying everything",
                         self.node_name, self._node_uid, live.uid, extra={"node": self.node_name, "event": "node-recreated"})
             self._reported.clear()
+            self._contests.forget()
         if live.uid:
             self._node_uid = live.uid
 
     def _result(self, live: LiveNode, run: _Pass, error: str | None) -> ReconcileOutcome:
         return ReconcileOutcome(changed=run.writes > 0, writes=run.writes, applied=tuple(run.applied),
                                 problems=tuple(run.problems), error=error, node_uid=live.uid,
-                                resource_version=live.resource_version, desired=run.desired)
+                                resource_version=live.resource_version, desired=run.desired,
+                                rewrite_in=self._contests.next_due())
 
     def _failure(self, err: NodeApiError, run: _Pass, live: LiveNode | None) -> ReconcileOutcome:
         """Turn an API error into an outcome, with a clear log line and a backoff delay."""

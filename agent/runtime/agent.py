@@ -97,6 +97,7 @@ class Agent:
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
                                      max_attempts=max(1, settings.retries), backoff=settings.backoff,
+                                     contests=settings.contest,
                                      claims=claim_policy(settings.rule_options, self.catalogue,
                                                          settings.startup_taints))
         self.discovery = DiscoveryCache(HostFS(settings.host_root),
@@ -440,6 +441,8 @@ class Agent:
             self.queue.put(q.RETRY)
         elif outcome.error:
             self._schedule_retry(outcome.retry_after if outcome.retry_after is not None else 1.0)
+        elif outcome.rewrite_in is not None:  # a key another writer changed back: its rewrite waits
+            self._schedule_retry(outcome.rewrite_in)
         return outcome
 
     def _publish_devices(self, outcome: ReconcileOutcome, plan: NodePlanner) -> None:
@@ -454,6 +457,7 @@ class Agent:
         result = pass_result(outcome)
         self.metrics.reconciled(result, owned_labels=len(desired.labels) if desired else None,
                                 owned_resources=len(desired.extended_resources) if desired else None)
+        self.metrics.contested_keys.set(self.reconciler.contested)
         partly = rerun and len(rerun) < len(self.discovery.sources)
         log.info("reconcile (%s%s): %s, %d write(s) in %.0f ms", ",".join(sorted(batch.kinds)),
                  f"; rediscovered {','.join(rerun)}" if partly else "",

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from agent.runtime.subsystems import metric_labels
 
@@ -44,6 +50,10 @@ class AgentMetrics:
         self.partially_applied = Gauge(
             "nfa_node_partially_applied",
             "1 while the agent's Node carries only part of the last pass's writes (e.g. a label without its extended resource)",
+            registry=r)
+        self.contested_keys = Gauge(
+            "nfa_contested_keys",
+            "Keys the agent owns that another writer changed back after each of its writes, left as that writer set them",
             registry=r)
         self.rules_reloads = Counter("nfa_rules_reload_total", "Rule catalogue reloads by result", ["result"],
                                      registry=r)

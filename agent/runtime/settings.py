@@ -10,6 +10,7 @@ from typing import Any
 from agent.desired import Taint
 from agent.discovery import DiscoveryConfig
 from agent.reconcile import BackoffSettings
+from agent.reconcile.contest import ContestSettings
 from agent.runtime.node_watch import DEFAULT_READ_TIMEOUT, DEFAULT_WATCH_TIMEOUT
 from agent.sources import SOURCE_NAMES
 
@@ -48,3 +49,4 @@ class Settings:
     device_plugin: bool = False  # serve the catalogue's declared devices to kubelet (agent.runtime.device_service)
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
+    contest: ContestSettings = field(default_factory=ContestSettings)  # keys another writer changes back

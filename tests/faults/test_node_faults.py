@@ -1,16 +1,28 @@
 """Faults on the Node object and on the agent process: the node deleted and recreated,
-someone else editing it (our label removed, theirs changed), SIGTERM while a write is in
-flight. Same checks as the API faults: convergence, ledger clean, foreign parts intact."""
+someone else editing it (our label removed, theirs changed; our label reverted after every
+write), SIGTERM while a write is in flight. Same checks as the API faults: convergence, ledger clean, foreign parts intact."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 
+from agent.reconcile.contest import ContestSettings
 from agent.reconcile.ownership import parse_ownership
 from tests.conftest import LABELS_DIR
-from tests.faults.harness import NODE, STARTUP_TAINT, expected_state, foreign_view, seed_node, seeded_foreign, stable
+from tests.faults.harness import (
+    NODE,
+    STARTUP_TAINT,
+    expected_state,
+    foreign_view,
+    seed_node,
+    seeded_foreign,
+    stable,
+)
 from tests.runtime.helpers import EDGETPU_LABEL, EDGETPU_RESOURCE, has_edgetpu, wait_for
 from tests.runtime.test_run_subprocess import AgentProcess
+from tests.support.reverter import Reverter
 
 
 def test_node_deleted_and_recreated_gets_everything_again_on_the_new_uid(server, ledger, make_harness):
@@ -86,3 +98,46 @@ def test_sigterm_during_a_patch_exits_0_and_leaves_whole_writes_only(tmp_path, s
     h.wait_converged(after, what="restarted agent converged")
     ledger.assert_clean(*stable(before, after))
     assert foreign_view(server.node(NODE)) == seeded_foreign()
+
+
+def _contested(server) -> list[dict]:
+    return [e for e in server.events() if e["reason"] == "LabelContested" or "LabelContested: " in e["message"]]
+
+
+def _label_writes(server, since: float) -> list[float]:
+    """When the agent's accepted PATCHes that set the Coral's label were answered."""
+    return [r.at for r in server.requests if r.method == "PATCH" and r.at >= since and 200 <= r.status < 300
+            and isinstance(r.body, dict) and EDGETPU_LABEL in ((r.body.get("metadata") or {}).get("labels") or {})]
+
+
+def test_a_label_another_writer_reverts_is_rewritten_with_backoff_then_left_alone(server, ledger, make_harness):
+    """Issue 24 item 2: another controller sets its own value for a label the agent owns and
+    reverts every write of the agent's. Before: one PATCH per revert, 751-892 in 10 s, no Event.
+    Now: the first revert is rewritten at once, the next ones after a doubling delay, and the
+    limit-th ends the contest with a LabelContested Warning naming the value found; the label
+    stays as the other writer set it (and in the record) until the agent's own value changes."""
+    contest = ContestSettings(initial=0.2, maximum=1.0, limit=4, window=60.0)
+    h = make_harness(contest=contest).start()
+    h.wait_converged()
+    started = time.monotonic()
+    with Reverter(server, NODE, EDGETPU_LABEL, "false") as reverter:
+        wait_for(lambda: _contested(server), timeout=30, what="the LabelContested Event")
+        wait_for(lambda: h.metric("nfa_contested_keys") == 1.0, what="nfa_contested_keys")
+        rewrites = _label_writes(server, started)
+        assert len(rewrites) == contest.limit - 1, rewrites  # reverts 1..3 rewritten, the 4th given up
+        gaps = [b - a for a, b in itertools.pairwise(rewrites)]
+        assert all(gap >= contest.delay(n + 2) for n, gap in enumerate(gaps)), gaps  # 0.2 s, then 0.4 s
+        assert "set to 'false' by someone else after the agent wrote 'true'" in _contested(server)[0]["message"]
+        # left alone: a pass on its own event writes nothing
+        passes = h.agent.passes
+        h.inject("add", "/devices/virtual/net/contest0", "net")
+        wait_for(lambda: h.agent.passes > passes, what="a pass after the contest")
+        assert _label_writes(server, started) == rewrites and reverter.errors == []
+    node = server.node(NODE)
+    assert node["metadata"]["labels"][EDGETPU_LABEL] == "false"
+    assert EDGETPU_LABEL in parse_ownership(node["metadata"]["annotations"]).labels
+    # the agent's own value changes (the Coral leaves): the label is the agent's to remove again
+    h.unplug()
+    wait_for(lambda: EDGETPU_LABEL not in server.node(NODE)["metadata"]["labels"], what="the label removed")
+    wait_for(lambda: h.metric("nfa_contested_keys") == 0.0, what="the contest over")
+    ledger.assert_clean()

@@ -303,6 +303,20 @@ def test_skip_leaves_an_item_exactly_as_it_is():
     assert diff(obj, DesiredNodeState(), skip={("label", EDGETPU)}).empty
 
 
+def test_skip_keeps_an_owned_item_of_every_kind_in_the_record():
+    """A skipped item stays exactly as it is *and stays ours*: a resource the agent still wants
+    with another count once fell out of the record (then it was foreign for ever)."""
+    taint = Taint("example.com/tpu", "NoSchedule", "true")
+    obj = node({EDGETPU: "other"}, {ANNOTATION_OWNED_LABELS: EDGETPU, ANNOTATION_OWNED_RESOURCES: "example.com/a",
+                                    ANNOTATION_OWNED_TAINTS: "example.com/tpu=other:NoSchedule"},
+               capacity={"example.com/a": "1"}, allocatable={"example.com/a": "1"},
+               taints=[{"key": "example.com/tpu", "value": "other", "effect": "NoSchedule"}])
+    desired = DesiredNodeState(labels={EDGETPU: "true"}, extended_resources={"example.com/a": "2"}, taints=(taint,))
+    skip = {("label", EDGETPU), ("resource", "example.com/a"), ("taint", "example.com/tpu:NoSchedule")}
+    plan = diff(obj, desired, skip=skip)
+    assert plan.empty, plan
+
+
 def test_junk_in_the_record_is_reported_and_rewritten():
     obj = node({EDGETPU: "true"}, {ANNOTATION_OWNED_LABELS: f"{EDGETPU},not a key"})
     plan = diff(obj, DesiredNodeState(labels={EDGETPU: "true"}))
