@@ -8,24 +8,31 @@ escalation. So an entry is honoured only when the agent could itself have produc
 its current policy; everything else is dropped from the record and reported
 (``OwnershipRecordRejected``), never removed from the Node.
 
-And the record can vanish (deleted by hand, a restore from backup): then the agent adopts the
-items it wants that are already on the Node with exactly the wanted value and writes the record
-back (``OwnershipRecordRebuilt``), so unplugging a device later still removes its labels. Items
+And the record can vanish or be damaged, as a whole or one annotation of it (deleted by hand,
+a tool pruning annotations, a restore from backup): then, for each annotation missing or
+holding an entry that does not parse, the agent adopts the items of its kind it wants that are
+already on the Node with exactly the wanted value, and writes that annotation back
+(``OwnershipRecordRebuilt``), so unplugging a device later still removes its labels. Items
 Node Feature Discovery lists in its own record are NFD's and never adopted (see ``nfd_owned``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Mapping
 
-from agent.desired import OWNERSHIP_ANNOTATIONS, DesiredNodeState
+from agent.desired import (
+    ANNOTATION_OWNED_ANNOTATIONS,
+    ANNOTATION_OWNED_LABELS,
+    ANNOTATION_OWNED_RESOURCES,
+    ANNOTATION_OWNED_TAINTS,
+    OWNERSHIP_ANNOTATIONS,
+    DesiredNodeState,
+)
 from agent.k8s_validation import reserved_namespace_problem
+from agent.reconcile.model import LiveNode
 from agent.reconcile.ownership import Ownership
 from agent.reconcile.quantity import canonical_count
-
-if TYPE_CHECKING:
-    from agent.reconcile.model import LiveNode
 
 KeyProblem = Callable[[str], "str | None"]
 
@@ -46,6 +53,7 @@ class CheckedClaims:
     ownership: Ownership
     rejected: tuple[str, ...] = ()
     adopted: tuple[str, ...] = ()
+    rebuilt: frozenset[str] = frozenset()  # the record annotations ``adopted`` writes back
 
 
 def _why_not(key: str, policy: ClaimPolicy) -> str | None:
@@ -56,7 +64,7 @@ def check_claims(ownership: Ownership, desired: DesiredNodeState, policy: ClaimP
     """Keep only the entries the agent could have produced; say why each other one is dropped."""
     rejected: list[str] = []
 
-    def keep(kind: str, keys, extra=lambda _k: None) -> frozenset[str]:
+    def keep(kind: str, keys: Iterable[str], extra: KeyProblem = lambda _k: None) -> frozenset[str]:
         kept = set()
         for key in sorted(keys):
             why = _why_not(key, policy) or extra(key)
@@ -125,49 +133,56 @@ def nfd_owned_taints(annotations: Mapping[str, str]) -> frozenset[tuple[str, str
     return frozenset((e.rpartition(":")[0].partition("=")[0], e.rpartition(":")[2]) for e in entries if ":" in e)
 
 
-def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeState, policy: ClaimPolicy) -> CheckedClaims:
-    """With the record missing or damaged: claim the wanted items already on the Node with
-    exactly the wanted value (what the agent manages now), so the record is written back;
-    never what NFD's record lists (NFD wrote it and removes it; a first contact with a Node NFD
-    labels has no record either)."""
+def parts_to_rebuild(annotations: Mapping[str, str], recorded: Ownership) -> frozenset[str]:
+    """The record annotations to rebuild: each one absent (deleted, or never written because
+    the agent owned nothing of its kind) or holding an entry that does not parse."""
+    return frozenset(name for name in OWNERSHIP_ANNOTATIONS if name not in annotations) | recorded.damaged
+
+
+def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeState, policy: ClaimPolicy,
+                   parts: Collection[str] = OWNERSHIP_ANNOTATIONS) -> CheckedClaims:
+    """For each record annotation in ``parts``: claim the wanted items of its kind already on
+    the Node with exactly the wanted value (what the agent manages now), so the record is
+    written back; never what NFD's record lists (NFD wrote it and removes it; a first contact
+    with a Node NFD labels has no record either)."""
     owned = claims.ownership
     adopted: list[str] = []
-    labels = set(owned.labels)
-    nfd_labels = nfd_owned(live.annotations, "label")
-    for key, value in desired.labels.items():
-        if key not in labels and key not in nfd_labels and live.labels.get(key) == value and not _why_not(key, policy):
-            labels.add(key)
-            adopted.append(f"label {key}")
-    annotations = set(owned.annotations)
-    nfd_annotations = nfd_owned(live.annotations, "annotation")
-    for key, value in desired.annotations.items():
-        if (key not in annotations and key not in OWNERSHIP_ANNOTATIONS and key not in nfd_annotations
-                and live.annotations.get(key) == str(value)
-                and not _why_not(key, policy)):
-            annotations.add(key)
-            adopted.append(f"annotation {key}")
-    resources = set(owned.resources)
-    nfd_resources = nfd_owned(live.annotations, "extended resource")
-    capacity = getattr(live, "capacity", {}) or {}
-    for name, quantity in desired.extended_resources.items():
-        have = capacity.get(name)
-        if (name not in resources and name not in nfd_resources and have is not None and canonical_count(str(have)) is not None
-                and canonical_count(str(have)) == canonical_count(str(quantity))
-                and not _why_not(name, policy)):
-            resources.add(name)
-            adopted.append(f"extended resource {name}")
-    taints = set(owned.taints)
-    live_taints = {(t.get("key"), t.get("effect")): t for t in live.taints}
-    nfd_taints = nfd_owned_taints(live.annotations)
-    for taint in desired.taints:
-        found = live_taints.get(taint.identity)
-        if taint.identity not in taints and taint.identity not in nfd_taints and found is not None and (found.get("value") or "") == (taint.value or ""):
-            taints.add(taint.identity)
-            adopted.append(f"taint {taint.to_string()}")
-    ownership = replace(owned, labels=frozenset(labels), annotations=frozenset(annotations),
-                        resources=frozenset(resources), taints=frozenset(taints))
-    return CheckedClaims(ownership, claims.rejected, tuple(adopted))
+    rebuilt: set[str] = set()
 
+    def adopt(part: str, kind: str, have: frozenset[str], matching: Iterable[str]) -> frozenset[str]:
+        if part not in parts:
+            return have
+        nfd = nfd_owned(live.annotations, kind)
+        new = sorted(key for key in matching if key not in have and key not in nfd and not _why_not(key, policy))
+        adopted.extend(f"{kind} {key}" for key in new)
+        rebuilt.update([part] if new else [])
+        return have | frozenset(new)
+
+    labels = adopt(ANNOTATION_OWNED_LABELS, "label", owned.labels,
+                   (k for k, v in desired.labels.items() if live.labels.get(k) == v))
+    annotations = adopt(ANNOTATION_OWNED_ANNOTATIONS, "annotation", owned.annotations,
+                        (k for k, v in desired.annotations.items()
+                         if k not in OWNERSHIP_ANNOTATIONS and live.annotations.get(k) == str(v)))
+    resources = adopt(ANNOTATION_OWNED_RESOURCES, "extended resource", owned.resources,
+                      (k for k, v in desired.extended_resources.items() if _same_count(live, k, str(v))))
+    taints = set(owned.taints)
+    if ANNOTATION_OWNED_TAINTS in parts:
+        live_taints = {t.identity: t.value for t in live.taint_objects()}
+        nfd_taints = nfd_owned_taints(live.annotations)
+        for taint in desired.taints:
+            if (taint.identity not in taints and taint.identity not in nfd_taints
+                    and live_taints.get(taint.identity) == (taint.value or "")):
+                taints.add(taint.identity)
+                adopted.append(f"taint {taint.to_string()}")
+                rebuilt.add(ANNOTATION_OWNED_TAINTS)
+    ownership = replace(owned, labels=labels, annotations=annotations, resources=resources, taints=frozenset(taints))
+    return CheckedClaims(ownership, claims.rejected, tuple(adopted), frozenset(rebuilt))
+
+
+def _same_count(live: LiveNode, name: str, quantity: str) -> bool:
+    have = (live.capacity or {}).get(name)
+    count = canonical_count(str(have)) if have is not None else None
+    return count is not None and count == canonical_count(quantity)
 
 
 #: label namespaces an agent of this kind writes by default; used only to tell an operator what
@@ -175,7 +190,7 @@ def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeSt
 FEATURE_NAMESPACES = ("feature.node.kubernetes.io", "node-feature-agent.io", "accelerators")
 
 
-def unattributed_labels(live) -> list[str]:
+def unattributed_labels(live: LiveNode) -> list[str]:
     """Labels in the agent's usual namespaces on a Node whose ownership record is missing."""
     if not record_missing(live.annotations):
         return []

@@ -12,7 +12,7 @@ and a recreated Node (new uid, empty record) makes the agent re-add only what is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from agent.desired import (
     ANNOTATION_OWNED_ANNOTATIONS,
@@ -29,13 +29,15 @@ TaintIdentity = tuple[str, str]
 @dataclass(frozen=True)
 class Ownership:
     """What the Node's annotations say we own. ``junk`` lists entries that could not be parsed
-    (a hand-edited record); they are reported and dropped on the next write."""
+    (a hand-edited record); they are reported and dropped on the next write. ``damaged``: the
+    record annotations holding such an entry."""
 
     labels: frozenset[str] = frozenset()
     resources: frozenset[str] = frozenset()
     taints: frozenset[TaintIdentity] = frozenset()
     annotations: frozenset[str] = frozenset()
     junk: tuple[str, ...] = field(default=())
+    damaged: frozenset[str] = frozenset()
 
     @property
     def empty(self) -> bool:
@@ -64,12 +66,17 @@ def parse_ownership(annotations: Mapping[str, str] | None) -> Ownership:
     """Read the four record annotations; malformed entries go to ``junk``, never raise."""
     annotations = annotations or {}
     junk: list[str] = []
+    damaged: set[str] = set()
 
-    def keys(annotation: str, check) -> frozenset[str]:
+    def bad(annotation: str, entry: str) -> None:
+        junk.append(f"{annotation}: {entry!r}")
+        damaged.add(annotation)
+
+    def keys(annotation: str, check: Callable[[str], list[str]]) -> frozenset[str]:
         good = set()
         for entry in split_record(annotations.get(annotation)):
             if check(entry):
-                junk.append(f"{annotation}: {entry!r}")
+                bad(annotation, entry)
             else:
                 good.add(entry)
         return frozenset(good)
@@ -79,10 +86,10 @@ def parse_ownership(annotations: Mapping[str, str] | None) -> Ownership:
         try:
             taint = Taint.parse(entry)
         except ValueError:
-            junk.append(f"{ANNOTATION_OWNED_TAINTS}: {entry!r}")
+            bad(ANNOTATION_OWNED_TAINTS, entry)
             continue
         if qualified_name_errors(taint.key):
-            junk.append(f"{ANNOTATION_OWNED_TAINTS}: {entry!r}")
+            bad(ANNOTATION_OWNED_TAINTS, entry)
             continue
         taints.add(taint.identity)
 
@@ -92,4 +99,5 @@ def parse_ownership(annotations: Mapping[str, str] | None) -> Ownership:
         taints=frozenset(taints),
         annotations=keys(ANNOTATION_OWNED_ANNOTATIONS, annotation_key_errors),
         junk=tuple(junk),
+        damaged=frozenset(damaged),
     )

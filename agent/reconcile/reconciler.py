@@ -29,7 +29,7 @@ from agent.reconcile.claims import (
     ClaimPolicy,
     adopt_matching,
     check_claims,
-    record_missing,
+    parts_to_rebuild,
     unattributed_labels,
 )
 from agent.reconcile.contest import Contests, ContestSettings, Revert
@@ -339,12 +339,13 @@ class Reconciler:
     # -- pieces ---------------------------------------------------------------------------
     def _ownership(self, live: LiveNode, desired: DesiredNodeState, problems: list[Problem], *,
                    announce: bool) -> Ownership:
-        """The record, checked against what the agent could produce (``claims``); rebuilt from
-        the wanted items already on the Node when it is missing or damaged."""
+        """The record, checked against what the agent could produce (``claims``); each of its
+        annotations missing or damaged rebuilt from the wanted items already on the Node."""
         recorded = parse_ownership(live.annotations)
         checked = check_claims(recorded, desired, self.claims)
-        if record_missing(live.annotations) or recorded.junk:
-            checked = adopt_matching(checked, live, desired, self.claims)
+        parts = parts_to_rebuild(live.annotations, recorded)
+        if parts:
+            checked = adopt_matching(checked, live, desired, self.claims, parts)
         for entry in checked.rejected:
             problem = Problem("reconcile", "ownership record", f"entry not attributable to this agent, ignored: {entry}")
             if problem not in problems:
@@ -356,7 +357,8 @@ class Reconciler:
                 log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "ownership-rejected"})
                 self.events.record(live.uid, ev.REASON_RECORD_REJECTED, ev.summarize([text]), warning=True)
         if announce and checked.adopted:
-            text = "ownership record missing or damaged; rebuilt from items already on the node: " + ", ".join(checked.adopted)
+            text = (f"ownership record ({', '.join(sorted(checked.rebuilt))}) missing or damaged; rebuilt from "
+                    "items already on the node: " + ", ".join(checked.adopted))
             log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "ownership-rebuilt"})
             self.events.record(live.uid, ev.REASON_RECORD_REBUILT, ev.summarize([text]), warning=True)
         return checked.ownership

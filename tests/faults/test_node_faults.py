@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import time
 
+import pytest
+
+from agent.desired import ANNOTATION_OWNED_LABELS, ANNOTATION_OWNED_RESOURCES
 from agent.reconcile.contest import ContestSettings
 from agent.reconcile.ownership import parse_ownership
-from tests.conftest import LABELS_DIR
+from tests.conftest import LABELS_DIR, REPO
 from tests.faults.harness import (
     NODE,
     STARTUP_TAINT,
@@ -20,7 +25,7 @@ from tests.faults.harness import (
     seeded_foreign,
     stable,
 )
-from tests.runtime.helpers import EDGETPU_LABEL, EDGETPU_RESOURCE, has_edgetpu, wait_for
+from tests.runtime.helpers import EDGETPU_LABEL, EDGETPU_RESOURCE, CoralHost, has_edgetpu, wait_for
 from tests.runtime.test_run_subprocess import AgentProcess
 from tests.support.reverter import Reverter
 
@@ -140,4 +145,44 @@ def test_a_label_another_writer_reverts_is_rewritten_with_backoff_then_left_alon
     h.unplug()
     wait_for(lambda: EDGETPU_LABEL not in server.node(NODE)["metadata"]["labels"], what="the label removed")
     wait_for(lambda: h.metric("nfa_contested_keys") == 0.0, what="the contest over")
+    ledger.assert_clean()
+
+
+def _apply(tmp_path, server, host) -> subprocess.CompletedProcess[str]:
+    """``node-feature-agent apply`` as a process, the catalogue the harness uses."""
+    kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+    env = {k: v for k, v in os.environ.items() if k != "NODE_FEATURE_AGENT_RULES"}
+    return subprocess.run([sys.executable, "-m", "agent", "--log-format", "json", "apply", "--host-root", str(host.root),
+                           "--rules", str(LABELS_DIR), "--node-name", NODE, "--kubeconfig", str(kubeconfig)],
+                          cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("part", "damage"), [(ANNOTATION_OWNED_LABELS, "deleted"),
+                                              (ANNOTATION_OWNED_RESOURCES, "deleted"),
+                                              (ANNOTATION_OWNED_LABELS, "damaged")])
+def test_one_part_of_the_ownership_record_deleted_or_damaged_is_rebuilt(tmp_path, server, ledger, part, damage):
+    """Issue 24 item 3: owned-labels deleted while owned-extended-resources stays. Before: the
+    next apply wrote nothing (the labels already matched), the record stayed gone, and a later
+    unplug left the device's labels on the Node for ever. Now each record annotation missing or
+    damaged is rebuilt from what the agent manages, with the OwnershipRecordRebuilt Event."""
+    host = CoralHost(tmp_path)
+    assert _apply(tmp_path, server, host).returncode == 0
+    before = server.node(NODE)["metadata"]["annotations"][part]
+
+    def hurt(node: dict) -> None:
+        annotations = node["metadata"]["annotations"]
+        if damage == "deleted":
+            del annotations[part]
+        else:
+            annotations[part] = "!!! not, a record ,,,"  # overwritten: every entry lost, junk in its place
+
+    server.edit_node(NODE, hurt)
+    done = _apply(tmp_path, server, host)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert server.node(NODE)["metadata"]["annotations"].get(part) == before
+    assert any(e["reason"] == "OwnershipRecordRebuilt" and part in e["message"] for e in server.events())
+    host.unplug()
+    assert _apply(tmp_path, server, host).returncode == 0
+    node = server.node(NODE)
+    assert not has_edgetpu(node)[0] and not has_edgetpu(node)[1], "the Coral's label or resource stayed after it left"
     ledger.assert_clean()
