@@ -8,8 +8,9 @@ at the directory:
 
 - ``kubelet.sock`` absent: nothing to register with; the servers keep serving and the
   thread keeps looking (kubelet may start after the agent);
-- ``kubelet.sock`` replaced (another inode: kubelet restarted) or a resource not registered
-  yet: register again;
+- ``kubelet.sock`` created again (the directory watch saw it: ``kubelet_started``) or
+  replaced (another inode or ctime: ``server.socket_identity``), i.e. kubelet restarted, or a
+  resource not registered yet: register again;
 - our own socket removed (kubelet's start-up wipes the directory) or replaced: restart that
   server on a fresh socket, then register it.
 
@@ -88,7 +89,8 @@ class DevicePlugins:
         self._stopping = threading.Event()
         self._wanted: dict[str, ResourceDevices] = {}
         self._servers: dict[str, ResourceServer] = {}
-        self._registered: dict[str, tuple[int, int]] = {}  # resource -> kubelet.sock identity it registered with
+        self._registered: dict[str, tuple[int, ...]] = {}  # resource -> the kubelet it registered with
+        self._kubelet_starts = 0  # kubelet.sock creations seen by the directory watch
         self._vanished: dict[str, dict[str, float]] = {}
         self._last_error: dict[str, str] = {}
         self._thread = threading.Thread(target=self._run, name="device-plugins", daemon=True)
@@ -120,6 +122,20 @@ class DevicePlugins:
     def wake(self) -> None:
         """Look at the directory now (something in it changed)."""
         self._wake.set()
+
+    def kubelet_started(self) -> None:
+        """``kubelet.sock`` was created: every registration was made with an earlier kubelet,
+        however alike the new socket looks to ``stat``."""
+        with self._lock:
+            self._kubelet_starts += 1
+        self._wake.set()
+
+    def _kubelet(self) -> tuple[int, ...] | None:
+        """Which kubelet listens now (None: none): its socket's identity and how many times the
+        directory watch saw the socket created."""
+        identity = socket_identity(self.kubelet_socket)
+        with self._lock:
+            return None if identity is None else (*identity, self._kubelet_starts)
 
     def served(self) -> frozenset[str]:
         with self._lock:
@@ -177,7 +193,7 @@ class DevicePlugins:
             self._stop_server(name)
         for name, state in wanted.items():
             self._ensure_server(name, state)
-        kubelet = socket_identity(self.kubelet_socket)
+        kubelet = self._kubelet()
         for name in sorted(wanted):
             if self._stopping.is_set():
                 return
@@ -227,7 +243,7 @@ class DevicePlugins:
             server.stop(grace=0.1)
             log.info("device plugin for %s stopped", name, extra={"event": "device-plugin-stopped"})
 
-    def _register(self, name: str, server: ResourceServer, kubelet: tuple[int, int]) -> None:
+    def _register(self, name: str, server: ResourceServer, kubelet: tuple[int, ...]) -> None:
         try:
             register(self.kubelet_socket, name, server.endpoint, self.register_timeout)
         except grpc.RpcError as err:

@@ -131,7 +131,7 @@ class ResourceServer:
         self._generation = 0
         self._stopped = False
         self._server: grpc.Server | None = None
-        self._inode: tuple[int, int] | None = None
+        self._inode: tuple[int, int, int] | None = None
 
     @property
     def state(self) -> ResourceDevices:
@@ -198,11 +198,13 @@ class ResourceServer:
         self._inode = None
 
 
-def socket_identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of a socket file, None when it is gone: a socket recreated at the same
-    path (a restarted kubelet, a wiped directory) is another socket."""
+def socket_identity(path: str) -> tuple[int, int, int] | None:
+    """(device, inode, ctime in ns) of a socket file, None when it is gone: a socket recreated at
+    the same path (a restarted kubelet, a wiped directory) is another socket, even when the
+    filesystem hands it the inode just freed (ext4 does: kubelet removes its socket and listens
+    again at once); the creation sets a new ctime."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino)
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)

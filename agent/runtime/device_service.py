@@ -13,17 +13,20 @@ Without a Node read (the API server was never reached since start) nothing is se
 agent cannot know yet whether an entry of its own is still there.
 
 kubelet restarts: the directory is watched (inotify, the same watchfiles loop as the rules
-directories), so a new ``kubelet.sock`` or our wiped socket is handled at once; a look every
-``check_interval`` seconds is the safety net when inotify is unavailable.
+directories), so a new ``kubelet.sock`` (whatever inode it got) or our wiped socket is handled
+at once; a look every ``check_interval`` seconds, comparing the socket's inode and ctime, is
+the safety net when inotify is unavailable.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any, Mapping
 
 from agent.desired import DesiredNodeState
+from agent.deviceplugin.v1beta1 import KUBELET_SOCKET_NAME
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.metrics import AgentMetrics
@@ -61,8 +64,13 @@ class DeviceService:
         from agent.runtime.rules_watch import RulesWatcher  # a watchfiles loop on any directory
 
         self.plugins.start()
-        self.watcher = RulesWatcher([self.socket_dir], self.plugins.wake, debounce_ms=50, step_ms=250).start()
+        self.watcher = RulesWatcher([self.socket_dir], self.plugins.wake, debounce_ms=50, step_ms=250,
+                                    on_created=self._created).start()
         return self
+
+    def _created(self, paths: frozenset[str]) -> None:
+        if any(os.path.basename(p) == KUBELET_SOCKET_NAME for p in paths):
+            self.plugins.kubelet_started()
 
     def alive(self) -> bool:
         return self.plugins.alive()

@@ -23,6 +23,8 @@ from typing import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
+CREATED = 1  # watchfiles' Change.added, as its Rust backend reports it
+
 
 def watch_roots(dirs: Sequence[str]) -> list[str]:
     """Existing directories to watch for ``dirs`` (see module docstring), nested ones removed.
@@ -63,14 +65,17 @@ class RulesWatcher:
     """A daemon thread running ``watchfiles.watch`` until ``stop``."""
 
     def __init__(self, dirs: Sequence[str], on_change: Callable[[], None], *, debounce_ms: int = 200,
-                 step_ms: int = 250, recursive: bool = True) -> None:
+                 step_ms: int = 250, recursive: bool = True,
+                 on_created: Callable[[frozenset[str]], None] | None = None) -> None:
         """``recursive=False`` watches only the directories' own entries: enough for one
         mounted ConfigMap file (the kubelet's ``..data`` swap happens there), and cheap even
-        when that directory is a busy one such as ``/tmp``."""
+        when that directory is a busy one such as ``/tmp``. ``on_created`` is told the paths
+        created in a batch (before ``on_change``)."""
         self.dirs = list(dirs)
         self.recursive = recursive
         self.roots = watch_roots(self.dirs)
         self.on_change = on_change
+        self.on_created = on_created
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self._stop = threading.Event()
@@ -104,6 +109,7 @@ class RulesWatcher:
                         return
                     if isinstance(raw, set) and raw:
                         log.debug("rules directories changed: %s", sorted(p for _c, p in raw)[:10])
+                        self._created(frozenset(path for change, path in raw if change == CREATED))
                         self._changed()
         except Exception as exc:  # e.g. the inotify watch limit reached
             self.failed = exc
@@ -112,6 +118,13 @@ class RulesWatcher:
                           self.roots, exc, extra={"event": "rules-watch-failed"})
         finally:
             self.ready.set()
+
+    def _created(self, paths: frozenset[str]) -> None:
+        if paths and self.on_created is not None:
+            try:
+                self.on_created(paths)
+            except Exception:  # noqa: BLE001 - a failing observer must not end the watch
+                log.exception("handling created paths %s failed", sorted(paths)[:10])
 
     def _changed(self) -> None:
         try:

@@ -41,34 +41,62 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
         self._server: grpc.Server | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, wipe: bool = True) -> KubeletStandIn:
+    def start(self, wipe: bool = True, path: str | None = None) -> KubeletStandIn:
+        """Listen on ``kubelet.sock`` (or on ``path``, to be renamed over it), after wiping the
+        directory's other files as kubelet's start-up does (``wipe``)."""
         if wipe:
             for name in os.listdir(self.dir):
                 if name != "kubelet_internal_checkpoint":
                     os.unlink(os.path.join(self.dir, name))
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         api_pb2_grpc.add_RegistrationServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{self.socket}")
+        server.add_insecure_port(f"unix://{path or self.socket}")
         server.start()
         self._server = server
         return self
 
-    def stop(self) -> None:
+    def _halt(self) -> None:
+        """The kubelet process ends: its server and its connections to the plugins go."""
         if self._server is not None:
             self._server.stop(0).wait(2)
             self._server = None
-        for channel in self._channels.values():
+        with self._cond:
+            channels, self._channels = dict(self._channels), {}
+        for channel in channels.values():
             channel.close()
-        self._channels.clear()
+
+    def stop(self) -> None:
+        self._halt()
         try:
             os.unlink(self.socket)
         except FileNotFoundError:
             pass
 
-    def restart(self) -> None:
-        """kubelet restarting: its socket goes away, the directory is wiped, a new socket appears."""
-        self.stop()
-        self.start(wipe=True)
+    def restart(self, how: str = "emptied") -> None:
+        """kubelet restarting, in the forms a real one takes (``pkg/kubelet/cm/devicemanager/
+        plugin/v1beta1/server.go``):
+
+        - ``emptied``: its start-up wipes the directory (``CleanupPluginDirectory``: every
+          socket, ours too), then listens;
+        - ``in-place``: ``kubelet.sock`` removed and listened on again at once (``listen``:
+          ``cleanupSocket`` then ``net.Listen``), the plugins' sockets left; ext4 gives the new
+          socket the inode just freed;
+        - ``renamed``: a new socket renamed over ``kubelet.sock`` (an atomic replacement)."""
+        if how == "emptied":
+            self.stop()
+            self.start(wipe=True)
+        elif how == "in-place":
+            self._halt()  # gRPC removes its socket file as it stops, as Go's listener does
+            if os.path.exists(self.socket):
+                os.unlink(self.socket)
+            self.start(wipe=False)
+        elif how == "renamed":
+            self._halt()
+            fresh = self.socket + ".new"
+            self.start(wipe=False, path=fresh)
+            os.rename(fresh, self.socket)
+        else:
+            raise ValueError(how)
 
     # -- Registration ---------------------------------------------------------------------
     def Register(self, request, context):
