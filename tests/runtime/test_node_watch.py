@@ -226,10 +226,15 @@ def test_a_clean_end_of_the_stream_reconnects_at_once_and_errors_back_off_a_few_
         server.edit_node("n1", lambda node: node["metadata"]["labels"].update(step="after"))
         wait_for(lambda: rec.labels()[-1].get("step") == "after", what="events keep flowing")
 
-        for _ in range(8):  # abrupt ends: errors; the delays grow, but never past a few seconds
-            opened = watcher.watches
-            server.drop_watches(abrupt=True)
-            wait_for(lambda opened=opened: watcher.watches > opened, what="rewatch after an error")
+        # abrupt ends: errors; the delays grow, but never past a few seconds. Each cut waits for
+        # the server to hold the reopened stream (a cut between two streams would cut nothing)
+        wait_for(lambda: server.watches.count() >= 1, what="the stream open on the server")
+        seen = server.watches.started - 1
+        for _ in range(8):
+            wait_for(lambda seen=seen: server.watches.started > seen, what="rewatch after an error")
+            seen = server.watches.started
+            assert server.drop_watches(abrupt=True) >= 1
+        wait_for(lambda: server.watches.started > seen, what="rewatch after the last error")
         assert watcher.waits and max(watcher.waits) <= MAX_WATCH_DELAY
     finally:
         watcher.stop()
