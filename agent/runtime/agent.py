@@ -91,7 +91,7 @@ class Agent:
         self._busy_since: float | None = None
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
-        self.cluster = ClusterObjects(settings.node_name, lambda: self.queue.put(q.RULES),
+        self.cluster = ClusterObjects(settings.node_name, self._cluster_rules_changed,
                                       on_problem=self._cluster_problem, options=settings.rule_options) \
             if settings.rules_from_cluster else None
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
@@ -253,6 +253,9 @@ class Agent:
 
     def _observe_discovery(self, source: str, seconds: float) -> None:
         self.metrics.discovery_duration.labels(source).observe(seconds)
+
+    def _cluster_rules_changed(self) -> None:
+        self.queue.put(q.RULES)
 
     def _rules_edited(self) -> None:
         """Judge each edit when it is seen, in the watcher thread: a busy or backing-off
