@@ -132,7 +132,9 @@ def docker_run(manifest_text: str, *, node_name: str, catalogue_dir: str, host_r
             flags += ["--mount", f"type=bind,source={source},target={target},readonly"]
         else:
             raise ManifestError(f"volume {mount['name']}: no docker equivalent in the smoke run")
-    fields = {"spec.nodeName": node_name, "metadata.name": pod_name, "metadata.namespace": namespace}
+    # the pod's IP: on the host network (how the smoke test runs it), loopback serves the probes
+    fields = {"spec.nodeName": node_name, "metadata.name": pod_name, "metadata.namespace": namespace,
+              "status.podIP": "127.0.0.1"}
     flags += _env_flags(container, fields)
     if not pod.get("hostNetwork"):
         notes.append("the pod has its own network namespace; the smoke run uses the host's, so the container "

@@ -253,3 +253,141 @@ def test_sigterm_ends_run_within_a_second_in_every_later_phase(tmp_path, phase):
             proc.kill()
             raise
         terminate_and_check(proc, phase)  # a hang in the held PATCH would be ~20 s
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _resync_passes(log_path) -> int:
+    import json
+
+    count = 0
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "reconcile" and str(record.get("msg") or record.get("message") or "").startswith(
+                "reconcile (resync"):
+            count += 1
+    return count
+
+
+class _SlowClients:
+    """``count`` connections that never finish their request: each sends the start of a head,
+    then one more header byte every second (a per-read timeout never fires), and is opened
+    again when the server closes it. A thread, from ``with`` to its end."""
+
+    def __init__(self, port: int, count: int) -> None:
+        import threading
+
+        self.port, self.count = port, count
+        self.opened = 0  # connections the server took, reopened ones included
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self):  # a socket, or None when the server would not take it
+        import socket
+
+        conn = socket.socket()
+        conn.settimeout(0.5)
+        try:
+            conn.connect(("127.0.0.1", self.port))
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        except OSError:
+            conn.close()
+            return None
+        self.opened += 1
+        return conn
+
+    def _run(self) -> None:
+        conns: list = []
+        while not self._stop.is_set():
+            conns = [c for c in conns if c is not None]
+            while len(conns) < self.count and not self._stop.is_set():
+                conns.append(self._open())
+            for index, conn in enumerate(conns):
+                if conn is None:
+                    continue
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    conn.close()
+                    conns[index] = None
+            self._stop.wait(1.0)
+        for conn in conns:
+            if conn is not None:
+                conn.close()
+
+    def __enter__(self) -> _SlowClients:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent(tmp_path):
+    """Issue 24 item 5: anyone who reaches the metrics/health port held a thread and a
+    descriptor per connection, without a cap. With the descriptor limit at 256, 300 idle
+    half-sent requests made sysfs reads fail with EMFILE, and the next resync removed 11-15
+    labels and the Coral's extended resource. Now the endpoint holds at most an eighth of the
+    limit: resyncs during the flood change nothing, the agent lives, and /healthz answers after."""
+    from tests.runtime.helpers import CoralHost, has_edgetpu
+
+    host = CoralHost(tmp_path)
+    port = _free_port()
+    log_path = tmp_path / "agent.log"
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+        env = {k: v for k, v in os.environ.items() if k != "NODE_FEATURE_AGENT_RULES"}
+        env["PYTHONPATH"] = str(REPO)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--log-format", "json", "run", "--host-root", str(host.root),
+                 "--rules", str(LABELS_DIR), "--kubeconfig", str(kubeconfig), "--node-name", NODE,
+                 "--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--udev-mode", "off",
+                 "--startup-jitter", "0", "--resync-interval", "1"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)))
+        deadline = time.monotonic() + 60
+        while has_edgetpu(server.node(NODE)) != (True, True):
+            assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()[-3000:]
+            time.sleep(0.05)
+        before = server.node(NODE)
+        with _SlowClients(port, 300) as flood:
+            deadline = time.monotonic() + 120
+            while flood.opened < 300:  # as many as the limit allows the process, at least
+                assert time.monotonic() < deadline and proc.poll() is None, f"{flood.opened} connections opened"
+                time.sleep(0.05)
+            passes = _resync_passes(log_path)
+            deadline = time.monotonic() + 60
+            while _resync_passes(log_path) < passes + 3:  # resyncs while the flood goes on
+                assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()[-3000:]
+                time.sleep(0.05)
+            after = server.node(NODE)
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        assert after["metadata"]["labels"] == before["metadata"]["labels"]
+        assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+        assert after["status"]["capacity"] == before["status"]["capacity"]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                import urllib.request
+
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                    assert answer.status == 200
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "/healthz never answered after the flood"
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    assert "Traceback" not in log_path.read_text()

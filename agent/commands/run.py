@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -67,7 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                         help="port for /metrics, /healthz, /readyz (0: any free port, off: no server)")
-    parser.add_argument("--metrics-address", default="", help="address to bind the metrics port to (default: all, dual-stack IPv6+IPv4 where available; '::' on IPv6-only nodes)")
+    parser.add_argument("--metrics-address", default=os.environ.get("POD_IP", ""), metavar="ADDR",
+                        help="address to bind the metrics port to (default: $POD_IP, the pod's IP the DaemonSet "
+                        "sets, which probes and Prometheus use; without it every address, dual-stack IPv6+IPv4 "
+                        "where available; '::' on IPv6-only nodes)")
     parser.add_argument("--resync-interval", type=positive_float, default=600.0, metavar="SECONDS",
                         help="full rediscovery and reconcile at least this often (jittered +/-10%%)")
     parser.add_argument("--startup-jitter", type=non_negative_float, default=2.0, metavar="SECONDS",
