@@ -1,7 +1,8 @@
 """Capped exponential backoff with jitter for one agent's own Node.
 
 client-go's reflector backs off from 800 ms to 30 s and resets only 2 minutes after the last
-error (kubernetes-api.md section 4) — tuned for thousands of informers re-listing whole
+error (``tools/cache/reflector.go``: ``NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)``)
+— tuned for thousands of informers re-listing whole
 collections. One agent patching one Node is a different trade: with a fault every ~30 s
 that policy kept the agent blind for most of the time (issue 15). So here: 0.5 s doubling,
 capped at 5 s, jitter downwards (each delay is ``d - rand*d/2``, in (d/2, d], so never more

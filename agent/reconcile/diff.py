@@ -9,7 +9,7 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
 * Removal of a label/annotation/taint and its removal from the record happen in the same merge
   patch (atomic). A resource leaves the record in the same ``/status`` JSON patch that removes
   it from capacity and allocatable (the status strategy resets only ``spec``, so metadata
-  changes ride along: kubernetes-api.md 2.1, ``pkg/registry/core/node/strategy.go``), so the
+  changes ride along: ``nodeStatusStrategy`` in Kubernetes' ``pkg/registry/core/node/strategy.go``), so the
   removal and the record trim are atomic too; a resource we add is recorded before (never
   after) it is written.
 * ``skip`` names items left exactly as they are (an owned one stays in the record): those the
@@ -48,7 +48,8 @@ from agent.reconcile.ownership import Ownership, format_record, format_taint_rec
 from agent.reconcile.quantity import canonical_count, parse_quantity, same_quantity
 
 RESERVED_LABEL_PREFIX = "node-restriction.kubernetes.io/"
-"""Admins isolate workloads with these; a pod must never write them (kubernetes-api.md 1.7)."""
+"""Admins isolate workloads with these; a pod must never write them (the NodeRestriction admission
+plugin reserves them: https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#noderestriction)."""
 
 
 def escape_pointer(key: str) -> str:

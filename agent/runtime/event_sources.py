@@ -179,8 +179,9 @@ def open_source(mode: str, subsystems: Iterable[str] = MONITORED_SUBSYSTEMS) -> 
     """The source for ``--udev-mode`` (None for poll/off); ``EventSourceError`` if it cannot open."""
     kind, path = parse_mode(mode)
     if kind == "udev" and not os.path.exists(UDEV_CONTROL):
-        # libudev silently subscribes to nothing without udevd's control socket (kubernetes-api.md
-        # 5.1): the monitor would open fine and never deliver an event
+        # libudev subscribes to no group without udevd's control socket (systemd
+        # src/libsystemd/sd-device/device-monitor.c, device_monitor_new_full: "The udev service
+        # seems not to be active, disabling the monitor"): it would open and never deliver
         raise EventSourceError(f"udev mode needs {UDEV_CONTROL} (mount the host's /run/udev and use "
                                "hostNetwork); udevd's events would never arrive")
     if kind in ("kernel", "udev"):

@@ -1,6 +1,8 @@
 """Watch this Node only and report changes that matter to the loop.
 
-The loop (kubernetes-api.md section 3): LIST with ``fieldSelector=metadata.name=<node>``
+The loop (as client-go's reflector runs it, ``tools/cache/reflector.go``; the API's contract in
+https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
+LIST with ``fieldSelector=metadata.name=<node>``
 (gives the Node, or nothing if it is not registered yet, and a resourceVersion); WATCH from
 that version with ``allowWatchBookmarks`` and ``timeoutSeconds``; on each event remember the
 version; when the server ends the stream, watch again from the last version at once; on 410 Gone

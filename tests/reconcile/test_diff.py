@@ -203,7 +203,7 @@ def test_removed_resource_leaves_the_record_in_the_status_write_that_removes_it(
                capacity={"example.com/a": "1"}, allocatable={"example.com/a": "1"})
     plan = diff(obj, DesiredNodeState())
     # b is already gone, a goes now: capacity, allocatable and the record in one atomic JSON patch
-    # (the status strategy resets only spec, so /status applies metadata: kubernetes-api.md 2.1)
+    # (the status strategy resets only spec, so /status applies metadata: pkg/registry/core/node/strategy.go)
     assert plan.status_first
     assert plan.status_ops == ({"op": "remove", "path": "/status/capacity/example.com~1a"},
                                {"op": "remove", "path": "/status/allocatable/example.com~1a"},

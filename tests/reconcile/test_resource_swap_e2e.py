@@ -4,7 +4,7 @@ Issue 13 item 5: a changed node costs at most 3 writes in all, Events included. 
 the costliest change: the label write widens the ownership record to old+new (a resource of
 ours is recorded before it is written), then one ``/status`` JSON patch adds the new resource,
 removes the old one and trims the record (metadata applies on ``/status``: the node status
-strategy resets only ``spec``, kubernetes-api.md 2.1). Each step leaves a state a later pass
+strategy resets only ``spec``, Kubernetes' ``pkg/registry/core/node/strategy.go``). Each step leaves a state a later pass
 (or a restarted agent) converges from without touching foreign resources.
 """
 

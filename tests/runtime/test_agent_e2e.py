@@ -313,7 +313,7 @@ def test_every_invalid_rules_edit_is_judged_while_the_worker_is_busy(harness):
 
 
 def test_udev_mode_without_udevds_socket_falls_back_to_kernel_uevents(tmp_path, server, monkeypatch):
-    """libudev subscribes to nothing without /run/udev/control (kubernetes-api.md 5.1): the agent
+    """libudev subscribes to nothing without /run/udev/control (systemd's device-monitor.c): the agent
     must not sit on a silent monitor but fall back, say so in the log, the metric and /readyz."""
     from agent.runtime import event_sources
 
