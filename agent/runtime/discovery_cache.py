@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable
+from collections.abc import Iterable, Mapping
 
 from agent.discovery import Discovery, DiscoveryConfig, discover
 from agent.discovery_evidence import carry_undetermined, evidence_readable, wholesale_failure
+from agent.features import SourceResult
 from agent.hostfs import HostFS
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,13 @@ class DiscoveryCache:
             for key in [k for k in notes if k.partition(".")[0] not in self.sources]:
                 del notes[key]
         started = time.perf_counter()
+        found = self._discover(names)
+        results = {name: self._judged(name, found.results.get(name)) for name in names}
+        self._merge(names, results, found.durations)
+        log.debug("rediscovered %s in %.1f ms", ",".join(names), (time.perf_counter() - started) * 1000)
+        return names
+
+    def _discover(self, names: tuple[str, ...]) -> Discovery:
         found = discover(self.host, self.config, names)
         # nothing of the pass's path cache or open directories is needed until the next one
         self.host.clear_cache()
@@ -89,38 +97,44 @@ class DiscoveryCache:
         if self.observe is not None:
             for name, seconds in found.durations.items():
                 self.observe(name, seconds)
-        results = dict(found.results)
-        for name in names:
-            previous = self.current.results.get(name) if self.current is not None else None
-            why = None
-            if name in results:
-                readable = evidence_readable(self.host, name)
-                why = wholesale_failure(self.host, name, results[name], previous,
-                                        had_evidence=self._had_evidence.get(name, True), readable=readable)
-                if not why:
-                    self._had_evidence[name] = readable
-                    results[name] = self._carry(results[name], previous)
-            if why:
-                results[name] = previous
-                if self.degraded.get(name) != why:
-                    log.warning("source %s failed as a whole (%s): keeping its previous features; nothing it "
-                                "contributed is removed until it reads again", name, why,
-                                extra={"event": "source-degraded", "change": name})
-                    self._notify(name, why)
-                self.degraded[name] = why
-            elif self.degraded.pop(name, None) is not None:
-                log.info("source %s reads again", name, extra={"event": "source-recovered", "change": name})
-                self._notify(name, None)
-        previous_results = self.current.results if self.current is not None else None
-        if self.current is None or set(names) == set(self.sources):
-            self.current = Discovery(results, found.durations)
+        return found
+
+    def _judged(self, name: str, result: SourceResult | None) -> SourceResult | None:
+        """The result to keep for ``name``: this pass's (its undetermined features carried), or
+        the previous one when the source failed as a whole (``degraded`` says why)."""
+        previous = self.current.results.get(name) if self.current is not None else None
+        why = None
+        if result is not None:
+            readable = evidence_readable(self.host, name)
+            why = wholesale_failure(self.host, name, result, previous,
+                                    had_evidence=self._had_evidence.get(name, True), readable=readable)
+            if not why:
+                self._had_evidence[name] = readable
+                result = self._carry(result, previous)
+        if why:
+            if self.degraded.get(name) != why:
+                log.warning("source %s failed as a whole (%s): keeping its previous features; nothing it "
+                            "contributed is removed until it reads again", name, why,
+                            extra={"event": "source-degraded", "change": name})
+                self._notify(name, why)
+            self.degraded[name] = why
+            return previous
+        if self.degraded.pop(name, None) is not None:
+            log.info("source %s reads again", name, extra={"event": "source-recovered", "change": name})
+            self._notify(name, None)
+        return result
+
+    def _merge(self, names: tuple[str, ...], results: dict[str, SourceResult | None],
+               durations: Mapping[str, float]) -> None:
+        """The new current discovery; ``generation`` moves when a rerun source's result changed."""
+        kept = {name: result for name, result in results.items() if result is not None}
+        before = self.current
+        if before is None or set(names) == set(self.sources):
+            self.current = Discovery(kept, durations)
         else:
-            self.current = Discovery({**self.current.results, **results},
-                                     {**self.current.durations, **found.durations})
-        if previous_results is None or any(previous_results.get(n) != self.current.results.get(n) for n in names):
+            self.current = Discovery({**before.results, **kept}, {**before.durations, **durations})
+        if before is None or any(before.results.get(n) != self.current.results.get(n) for n in names):
             self.generation += 1
-        log.debug("rediscovered %s in %.1f ms", ",".join(names), (time.perf_counter() - started) * 1000)
-        return names
 
     def _carry(self, new, previous):
         """``new`` with its undetermined features answered as last time; logged when that starts
