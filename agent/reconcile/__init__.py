@@ -19,8 +19,8 @@ from agent.reconcile.node_api import (
     Throttled,
     Transient,
 )
-from agent.reconcile.ownership import Ownership, format_record, parse_ownership
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
+from agent.reconcile.ownership import Ownership, format_record, parse_ownership
 from agent.reconcile.reconciler import PlanFunction, Reconciler
 
 __all__ = [

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import random as _random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 INITIAL_DELAY = 0.5
 MAX_DELAY = 5.0

@@ -23,7 +23,9 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from agent.desired import (
     ANNOTATION_OWNED_ANNOTATIONS,
@@ -57,38 +59,55 @@ def escape_pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+@dataclass
+class _MapPlan:
+    """Labels or annotations: merge-patch entries, the new record, changes, clashes.
+    ``held(key)``: an owned key on the Node stays exactly as it is (and in the record)."""
+
+    live: Mapping[str, str]
+    owned: frozenset[str]
+    skip: Collection[ItemRef]
+    kind: str
+    held: Callable[[str], bool]
+    patch: dict[str, str | None] = field(default_factory=dict)
+    record: set[str] = field(default_factory=set)
+    changes: list[Change] = field(default_factory=list)
+    clashes: list[Clash] = field(default_factory=list)
+
+    def wanted(self, key: str, value: str) -> None:
+        live, old = self.live, self.live.get(key)
+        if (self.kind, key) in self.skip:
+            return
+        if key in self.owned and key in live and self.held(key):
+            self.record.add(key)  # undetermined: keep the Node's value
+        elif key in self.owned or key not in live:
+            self.record.add(key)
+            if old != value:
+                self.patch[key] = value
+                self.changes.append(Change(self.kind, "add" if old is None else "change", key, old, value))
+        elif old != value:
+            self.clashes.append(Clash(self.kind, key, value, live[key]))
+
+    def unwanted(self, key: str) -> None:
+        """An owned key the agent no longer wants (or one whose wanted value is skipped)."""
+        if (self.kind, key) in self.skip or (key in self.live and self.held(key)):
+            self.record.add(key)  # rejected change, or removals held: leave ours exactly as it is
+        elif key in self.live:
+            self.patch[key] = None
+            self.changes.append(Change(self.kind, "remove", key, self.live[key]))
+
+
 def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
           kind: str, held: Callable[[str], bool] = lambda key: False
           ) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
-    """Shared label/annotation logic: merge-patch entries, new record, changes, clashes.
-    ``held(key)``: an owned key on the Node stays exactly as it is (and in the record)."""
-    patch: dict[str, str | None] = {}
-    record: set[str] = set()
-    changes: list[Change] = []
-    clashes: list[Clash] = []
+    """Shared label/annotation logic: merge-patch entries, new record, changes, clashes."""
+    plan = _MapPlan(live, owned, skip, kind, held)
     for key, value in sorted(want.items()):
-        if (kind, key) in skip:
-            continue
-        if key in owned and key in live and held(key):
-            record.add(key)  # undetermined: keep the Node's value
-            continue
-        if key in owned or key not in live:
-            record.add(key)
-            if live.get(key) != value:
-                patch[key] = value
-                old = live.get(key)
-                changes.append(Change(kind, "add" if old is None else "change", key, old, value))
-        elif live[key] != value:
-            clashes.append(Clash(kind, key, value, live[key]))
+        plan.wanted(key, value)
     for key in sorted(owned):
-        if key in want and (kind, key) not in skip:
-            continue
-        if (kind, key) in skip or (key in live and held(key)):
-            record.add(key)  # rejected change, or removals held: leave ours exactly as it is
-        elif key in live:
-            patch[key] = None
-            changes.append(Change(kind, "remove", key, live[key]))
-    return patch, record, changes, clashes
+        if key not in want or (kind, key) in skip:
+            plan.unwanted(key)
+    return plan.patch, plan.record, plan.changes, plan.clashes
 
 
 def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
@@ -132,8 +151,8 @@ def _valid_resources(resources: Mapping[str, str], refused: list[Problem]) -> di
             reasons.append("extended resources must be a non-negative integer")
         if reasons:
             refused.append(Problem("reconcile", f"extended resource {name}={quantity}", "; ".join(reasons)))
-        else:
-            ok[name] = count  # type: ignore[assignment]
+        elif count is not None:
+            ok[name] = count
     return ok
 
 
@@ -150,74 +169,97 @@ def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple
     return ok
 
 
+@dataclass
+class _ResourcePlan:
+    """JSON-patch ops on capacity+allocatable, the record until the status write, the names
+    that write removes, changes, clashes, whether the record grows. ``held``: an owned resource
+    on the Node stays exactly as it is (and in the record)."""
+
+    live: LiveNode
+    owned: frozenset[str]
+    skip: Collection[ItemRef]
+    held: frozenset[str]
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    record: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+    changes: list[Change] = field(default_factory=list)
+    clashes: list[Clash] = field(default_factory=list)
+    grows: bool = False
+    parents_needed: bool = False
+
+    def __post_init__(self) -> None:
+        self.capacity, self.allocatable = dict(self.live.capacity or {}), dict(self.live.allocatable or {})
+
+    def present(self, name: str) -> bool:
+        return name in self.capacity or name in self.allocatable
+
+    def wanted(self, name: str, value: str) -> None:
+        owned = name in self.owned
+        if ("resource", name) in self.skip or (owned and self.present(name) and name in self.held):
+            if owned:
+                self.record.add(name)  # left as it is (refused, contested, undetermined), still ours
+            return
+        if not owned and self.present(name):
+            if not (same_quantity(self.capacity.get(name), value)
+                    and same_quantity(self.allocatable.get(name, value), value)):
+                found = str(self.capacity.get(name, self.allocatable.get(name)))
+                self.clashes.append(Clash("resource", name, value, found))
+            return
+        self.record.add(name)
+        self.grows = self.grows or not owned
+        self._write(name, value)
+
+    def _write(self, name: str, value: str) -> None:
+        stale = [section for section, values in (("capacity", self.capacity), ("allocatable", self.allocatable))
+                 if not same_quantity(values.get(name), value)]
+        if not stale:
+            return
+        self.parents_needed = True
+        self.ops.extend({"op": "add", "path": f"/status/{section}/{escape_pointer(name)}", "value": value}
+                        for section in stale)
+        old = self.capacity.get(name)
+        if old is None:
+            self.changes.append(Change("resource", "add", name, None, value))
+        elif parse_quantity(old) == 0 and name in self.owned:
+            self.changes.append(Change("resource", "restore", name, str(old), value,
+                                       "kubelet zeroes extended resources when it re-registers the node"))
+        else:
+            self.changes.append(Change("resource", "change", name, str(old), value))
+
+    def unwanted(self, name: str) -> None:
+        if ("resource", name) in self.skip or (self.present(name) and name in self.held):
+            self.record.add(name)  # rejected change, or removal held: leave ours exactly as it is
+            return
+        if not self.present(name):
+            return
+        for section, values in (("capacity", self.capacity), ("allocatable", self.allocatable)):
+            if name in values:  # remove of a missing path is a 422: only remove what is there
+                self.ops.append({"op": "remove", "path": f"/status/{section}/{escape_pointer(name)}"})
+        self.record.add(name)  # leaves the record in the status write that removes it (_status_record)
+        self.removed.add(name)
+        self.changes.append(Change("resource", "remove", name, str(self.capacity.get(name, self.allocatable.get(name)))))
+
+    def all_ops(self) -> list[dict[str, Any]]:
+        """The ops, after those creating ``status``, ``capacity``, ``allocatable`` where missing."""
+        if not self.parents_needed:
+            return self.ops
+        prefix = [] if self.live.has_status else [{"op": "add", "path": "/status", "value": {}}]
+        if self.live.capacity is None:
+            prefix.append({"op": "add", "path": "/status/capacity", "value": {}})
+        if self.live.allocatable is None:
+            prefix.append({"op": "add", "path": "/status/allocatable", "value": {}})
+        return prefix + self.ops
+
+
 def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
                held: frozenset[str] = frozenset()
                ) -> tuple[list[dict[str, Any]], set[str], set[str], list[Change], list[Clash], bool]:
-    """JSON-patch ops on capacity+allocatable, the record until the status write, the names
-    that write removes, changes, clashes, record grows. ``held``: an owned resource on the Node
-    stays exactly as it is (and in the record)."""
-    capacity, allocatable = dict(live.capacity or {}), dict(live.allocatable or {})
-    ops: list[dict[str, Any]] = []
-    record: set[str] = set()
-    removed: set[str] = set()
-    changes: list[Change] = []
-    clashes: list[Clash] = []
-    grows = False
-    parents_needed = False
-
-    def put(section: str, name: str, value: str) -> None:
-        ops.append({"op": "add", "path": f"/status/{section}/{escape_pointer(name)}", "value": value})
-
+    plan = _ResourcePlan(live, owned, skip, held)
     for name, value in sorted(want.items()):
-        if ("resource", name) in skip:
-            if name in owned:
-                record.add(name)  # left as it is, and still ours
-            continue
-        present = name in capacity or name in allocatable
-        if name in owned and present and name in held:
-            record.add(name)  # undetermined: keep the Node's count
-            continue
-        if name not in owned and present:
-            if not (same_quantity(capacity.get(name), value) and same_quantity(allocatable.get(name, value), value)):
-                clashes.append(Clash("resource", name, value, str(capacity.get(name, allocatable.get(name)))))
-            continue
-        record.add(name)
-        grows = grows or name not in owned
-        cap_ok, alloc_ok = same_quantity(capacity.get(name), value), same_quantity(allocatable.get(name), value)
-        if cap_ok and alloc_ok:
-            continue
-        parents_needed = True
-        if not cap_ok:
-            put("capacity", name, value)
-        if not alloc_ok:
-            put("allocatable", name, value)
-        old = capacity.get(name)
-        if old is None:
-            changes.append(Change("resource", "add", name, None, value))
-        elif parse_quantity(old) == 0 and name in owned:
-            changes.append(Change("resource", "restore", name, str(old), value,
-                                  "kubelet zeroes extended resources when it re-registers the node"))
-        else:
-            changes.append(Change("resource", "change", name, str(old), value))
+        plan.wanted(name, value)
     for name in sorted(owned - set(want)):
-        if ("resource", name) in skip or ((name in capacity or name in allocatable) and name in held):
-            record.add(name)  # rejected change, or removal held: leave ours exactly as it is
-            continue
-        for section, values in (("capacity", capacity), ("allocatable", allocatable)):
-            if name in values:  # remove of a missing path is a 422: only remove what is there
-                ops.append({"op": "remove", "path": f"/status/{section}/{escape_pointer(name)}"})
-        if name in capacity or name in allocatable:
-            record.add(name)  # leaves the record in the status write that removes it (_status_record)
-            removed.add(name)
-            changes.append(Change("resource", "remove", name, str(capacity.get(name, allocatable.get(name)))))
-    if parents_needed:
-        prefix = [] if live.has_status else [{"op": "add", "path": "/status", "value": {}}]
-        if live.capacity is None:
-            prefix.append({"op": "add", "path": "/status/capacity", "value": {}})
-        if live.allocatable is None:
-            prefix.append({"op": "add", "path": "/status/allocatable", "value": {}})
-        ops = prefix + ops
-    return ops, record, removed, changes, clashes, grows
+        plan.unwanted(name)
+    return plan.all_ops(), plan.record, plan.removed, plan.changes, plan.clashes, plan.grows
 
 
 def _status_record(live: LiveNode, value: str | None) -> list[dict[str, Any]]:
@@ -243,7 +285,7 @@ def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], want: Mapping[tup
     changes: list[Change] = []
     clashes: list[Clash] = []
     seen: set[tuple[str, str]] = set()
-    for raw, taint in zip(live.taints, live.taint_objects()):
+    for raw, taint in zip(live.taints, live.taint_objects(), strict=True):
         ident = taint.identity
         seen.add(ident)
         skipped = taint_ref(*ident) in skip

@@ -28,7 +28,8 @@ import contextlib
 import datetime as _dt
 import logging
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from agent.reconcile.node_api import NodeApi, NodeApiError
 
@@ -70,7 +71,7 @@ def summarize(changes: Iterable[str], limit: int = MAX_MESSAGE) -> str:
 def event_body(node_name: str, node_uid: str, reason: str, message: str, event_type: str,
                now: _dt.datetime) -> dict[str, Any]:
     """A core/v1 Event whose involvedObject is the Node (what ``describe node`` looks up)."""
-    stamp = now.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = now.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -119,7 +120,7 @@ class EventRecorder:
     """Posts Events for one node; disabled recorders only log."""
 
     def __init__(self, api: NodeApi, node_name: str, *, enabled: bool = True,
-                 now: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc)) -> None:
+                 now: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.UTC)) -> None:
         self.api = api
         self.node_name = node_name
         self.enabled = enabled
@@ -131,7 +132,7 @@ class EventRecorder:
         self._next_pass_lock = threading.Lock()
 
     @contextlib.contextmanager
-    def deferred(self):
+    def deferred(self) -> Iterator[None]:
         """Hold this thread's Events until the (outermost) block ends, then post them as one
         (``aggregate``). A pass's two writes (labels, then status.capacity) must go out back to
         back: on a slow API server an Event POST between them kept the Node half-written for the

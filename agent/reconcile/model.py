@@ -68,16 +68,28 @@ class LiveNode:
             name=str(meta.get("name") or ""),
             uid=str(meta.get("uid") or ""),
             resource_version=str(meta.get("resourceVersion") or ""),
-            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-            annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+            labels=_strings(meta.get("labels")),
+            annotations=_strings(meta.get("annotations")),
             taints=taints,
-            capacity=dict(status["capacity"]) if isinstance(status, Mapping) and isinstance(status.get("capacity"), Mapping) else None,
-            allocatable=dict(status["allocatable"]) if isinstance(status, Mapping) and isinstance(status.get("allocatable"), Mapping) else None,
+            capacity=_section(status, "capacity"),
+            allocatable=_section(status, "allocatable"),
             has_status=isinstance(status, Mapping),
         )
 
     def taint_objects(self) -> list[Taint]:
         return [Taint(key=str(t.get("key", "")), effect=str(t.get("effect", "")), value=str(t.get("value") or "")) for t in self.taints]
+
+
+def _strings(values: object) -> dict[str, str]:
+    """A labels/annotations map as strings; anything else (null, absent) as empty."""
+    return {str(k): str(v) for k, v in values.items()} if isinstance(values, Mapping) else {}
+
+
+def _section(status: object, name: str) -> dict[str, Any] | None:
+    """``status.<name>`` as a dict, None when the map is absent (a JSON patch must add it first)."""
+    if not isinstance(status, Mapping) or not isinstance(status.get(name), Mapping):
+        return None
+    return dict(status[name])
 
 
 _KIND_NAMES = {"label": "label", "annotation": "annotation", "resource": "extended resource", "taint": "taint", "record": "ownership record"}

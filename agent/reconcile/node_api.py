@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s_client
@@ -163,13 +164,13 @@ class NodeApi:
         self.request_timeout = request_timeout
 
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None, *, request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> "NodeApi":
+    def from_config(cls, kubeconfig: str | None = None, *, request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> NodeApi:
         """A ``NodeApi`` on the generated ``CoreV1Api``, configured by :func:`load_configuration`."""
         return cls.from_configuration(load_configuration(kubeconfig), request_timeout=request_timeout)
 
     @classmethod
     def from_configuration(cls, configuration: k8s_client.Configuration, *,
-                           request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> "NodeApi":
+                           request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> NodeApi:
         return cls(k8s_client.CoreV1Api(k8s_client.ApiClient(configuration)), request_timeout=request_timeout)
 
     def _json(self, operation: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ and a recreated Node (new uid, empty record) makes the agent re-add only what is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from agent.desired import (
     ANNOTATION_OWNED_ANNOTATIONS,

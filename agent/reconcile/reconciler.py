@@ -296,10 +296,11 @@ class Reconciler:
         return answer
 
     def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
-        if use_status:
-            call = lambda: self.api.patch_status(self.node_name, node_plan.status_ops)
-        else:
-            call = lambda: self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})
+        def call() -> dict[str, Any]:
+            if use_status:
+                return self.api.patch_status(self.node_name, node_plan.status_ops)
+            return self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})
+
         return call_with_retries(call, self.backoff, self._sleep, max_attempts=self.max_attempts,
                                  describe=f"PATCH node {self.node_name}{'/status' if use_status else ''}")
 

@@ -40,13 +40,16 @@ def _map_items(field: str, message: str, reason: str, sent: Mapping[str, Any], k
     hits = {(kind, k) for k, v in candidates.items() if k in quoted or (v and str(v) in quoted)}
     if hits:
         return hits
-    too_long = "TooLong" in reason or "Too long" in message or "at most" in message
-    if kind == "annotation" and too_long and candidates:  # total size over 256 KiB: drop our largest one
+    if kind == "annotation" and _too_long(reason, message) and candidates:  # over 256 KiB: drop our largest
         largest = max(candidates, key=lambda k: (len(k) + len(str(candidates[k])), k))
         return {(kind, largest)}
     if len(candidates) == 1:
         return {(kind, next(iter(candidates)))}
     return set()
+
+
+def _too_long(reason: str, message: str) -> bool:
+    return "TooLong" in reason or "Too long" in message or "at most" in message
 
 
 def _taint_items(field: str, message: str, sent_taints: Sequence[Mapping[str, Any]], ours: set[str]) -> set[ItemRef]:
@@ -83,28 +86,39 @@ def rejected_items(
     our_taints: Iterable[str] = (),
 ) -> set[ItemRef]:
     """Items of the request just refused that the 422 blames; empty when it names none."""
-    causes = list(causes) or [StatusCause("", message, "")]
-    meta = (metadata_patch or {}).get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    sent_taints = ((metadata_patch or {}).get("spec") or {}).get("taints") or []
-    ours = set(our_taints)
+    sent = _Sent(metadata_patch, tuple(status_ops), frozenset(our_taints))
     found: set[ItemRef] = set()
-    for cause in causes:
-        field = cause.field or ""
-        text = cause.message or message
-        if field.startswith("metadata.labels") and labels:
-            found |= _map_items(field, text, cause.reason, labels, "label")
-        elif field.startswith("metadata.annotations") and annotations:
-            found |= _map_items(field, text, cause.reason, annotations, "annotation")
-        elif field.startswith(("metadata.taints", "spec.taints")):
-            found |= _taint_items(field, text, sent_taints, ours)
-        elif field.startswith("status.") and status_ops:
-            found |= _resource_items(field, text, status_ops)
-        elif not field and metadata_patch:
-            quoted = _quoted(text)
-            found |= {("label", k) for k, v in labels.items() if v is not None and (k in quoted or v in quoted)}
+    for cause in list(causes) or [StatusCause("", message, "")]:
+        found |= sent.blamed(cause.field or "", cause.message or message, cause.reason)
     return found
+
+
+class _Sent:
+    """What the refused request carried, to match a cause's field and message against."""
+
+    def __init__(self, metadata_patch: Mapping[str, Any] | None, status_ops: tuple[Mapping[str, Any], ...],
+                 our_taints: frozenset[str]) -> None:
+        meta = (metadata_patch or {}).get("metadata") or {}
+        self.metadata = metadata_patch is not None
+        self.labels: Mapping[str, Any] = meta.get("labels") or {}
+        self.annotations: Mapping[str, Any] = meta.get("annotations") or {}
+        self.taints: Sequence[Mapping[str, Any]] = ((metadata_patch or {}).get("spec") or {}).get("taints") or []
+        self.status_ops = status_ops
+        self.our_taints = our_taints
+
+    def blamed(self, field: str, text: str, reason: str) -> set[ItemRef]:
+        if field.startswith("metadata.labels") and self.labels:
+            return _map_items(field, text, reason, self.labels, "label")
+        if field.startswith("metadata.annotations") and self.annotations:
+            return _map_items(field, text, reason, self.annotations, "annotation")
+        if field.startswith(("metadata.taints", "spec.taints")):
+            return _taint_items(field, text, self.taints, set(self.our_taints))
+        if field.startswith("status.") and self.status_ops:
+            return _resource_items(field, text, self.status_ops)
+        if not field and self.metadata:
+            quoted = _quoted(text)
+            return {("label", k) for k, v in self.labels.items() if v is not None and (k in quoted or v in quoted)}
+        return set()
 
 
 class RefusedItems:

@@ -16,7 +16,8 @@ refused gives ``None`` ("cannot tell"), and the guard leaves such a pod alone.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
@@ -34,35 +35,42 @@ def _as_int(text: object) -> int | None:
         return None
 
 
-def requirement_matches(expression: Any, values_by_key: Mapping[str, str]) -> bool:
-    """One ``{key, operator, values}`` against a key -> value map; ``_Unknown`` if malformed."""
+def _requirement(expression: Any) -> tuple[str, str, list[str]]:
+    """(key, operator, values) of a well-formed requirement; ``_Unknown`` otherwise."""
     if not isinstance(expression, Mapping):
         raise _Unknown("expression is not an object")
     key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
     if not isinstance(key, str) or not key or operator not in OPERATORS or not isinstance(values, list) \
             or not all(isinstance(v, str) for v in values):
         raise _Unknown(f"bad requirement {expression!r}")
+    wrong = _values_problem(str(operator), values)
+    if wrong:
+        raise _Unknown(f"{operator} {wrong}")
+    return key, str(operator), values
+
+
+def _values_problem(operator: str, values: list[str]) -> str:
+    """What is wrong with the values for this operator ("" when nothing)."""
+    if operator in ("In", "NotIn"):
+        return "" if values else "needs values"
+    if operator in ("Exists", "DoesNotExist"):
+        return "takes no values" if values else ""
+    return "" if len(values) == 1 and _as_int(values[0]) is not None else "needs one integer value"
+
+
+def requirement_matches(expression: Any, values_by_key: Mapping[str, str]) -> bool:
+    """One ``{key, operator, values}`` against a key -> value map; ``_Unknown`` if malformed."""
+    key, operator, values = _requirement(expression)
     present = key in values_by_key
     value = values_by_key.get(key)
     if operator == "In":
-        if not values:
-            raise _Unknown("In needs values")
         return present and value in values
     if operator == "NotIn":
-        if not values:
-            raise _Unknown("NotIn needs values")
         return not present or value not in values
     if operator in ("Exists", "DoesNotExist"):
-        if values:
-            raise _Unknown(f"{operator} takes no values")
         return present if operator == "Exists" else not present
-    bound = _as_int(values[0]) if len(values) == 1 else None
-    if bound is None:
-        raise _Unknown(f"{operator} needs one integer value")
-    if not present:
-        return False
-    number = _as_int(value)
-    if number is None:
+    number, bound = _as_int(value), _as_int(values[0])
+    if number is None or bound is None:  # absent, or not an integer: no match
         return False
     return number > bound if operator == "Gt" else number < bound
 

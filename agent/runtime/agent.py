@@ -45,6 +45,7 @@ from agent.reconcile.events import REASON_READ_FAILED
 from agent.rules.model import Catalogue
 from agent.runtime import queue as q
 from agent.runtime.api_metrics import instrument
+from agent.runtime.cluster_objects import ClusterObjects
 from agent.runtime.config_state import WorkerConfigState
 from agent.runtime.device_events import DeviceEvents
 from agent.runtime.device_service import DeviceService
@@ -56,7 +57,6 @@ from agent.runtime.metrics import AgentMetrics
 from agent.runtime.node_watch import NodeWatcher
 from agent.runtime.planner import NodePlanner
 from agent.runtime.pod_guard import PodGuard
-from agent.runtime.cluster_objects import ClusterObjects
 from agent.runtime.recording_api import RecordingNodeApi
 from agent.runtime.rules_state import RulesState
 from agent.runtime.rules_watch import RulesWatcher

@@ -9,7 +9,8 @@ requests that never got an answer are counted with code ``error``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 Observer = Callable[[str, str], None]

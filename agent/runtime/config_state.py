@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from agent.worker_config import WorkerConfig, WorkerConfigError, load_worker_config
 
@@ -60,7 +60,7 @@ class WorkerConfigState:
                 if self.on_rejected is not None:
                     try:
                         self.on_rejected(self.last_error)
-                    except Exception:  # noqa: BLE001 - reporting must never break the reload
+                    except Exception:
                         log.exception("reporting the invalid configuration failed")
                 return False
             for warning in candidate.warnings:

@@ -23,13 +23,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from agent.desired import DesiredNodeState
+from agent.deviceplugin.model import ResourceDevices
 from agent.deviceplugin.v1beta1 import KUBELET_SOCKET_NAME
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.metrics import AgentMetrics
+from agent.runtime.rules_watch import RulesWatcher
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class DeviceService:
                  check_interval: float = 2.0) -> None:
         from agent.deviceplugin.plugins import DevicePlugins  # grpcio only in this mode
 
-        def advertised(state) -> None:
+        def advertised(state: ResourceDevices) -> None:
             healthy = sum(1 for d in state.devices if d.healthy)
             metrics.device_plugin_advertised(state.resource, healthy, len(state.devices) - healthy)
 
@@ -55,15 +58,13 @@ class DeviceService:
                                      on_allocation=metrics.device_plugin_allocation, on_devices=advertised,
                                      check_interval=check_interval)
         self.socket_dir = socket_dir
-        self.watcher = None
+        self.watcher: RulesWatcher | None = None
         self.host = HostFS(host_root)
         self.node_name = node_name
         self._waiting: frozenset[str] = frozenset()
 
-    def start(self) -> "DeviceService":
-        from agent.runtime.rules_watch import RulesWatcher  # a watchfiles loop on any directory
-
-        self.plugins.start()
+    def start(self) -> DeviceService:
+        self.plugins.start()  # the directory watch: a watchfiles loop, as for the rules
         self.watcher = RulesWatcher([self.socket_dir], self.plugins.wake, debounce_ms=50, step_ms=250,
                                     on_created=self._created).start()
         return self

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from agent.discovery import Discovery, DiscoveryConfig, discover
 from agent.discovery_evidence import carry_undetermined, evidence_readable, wholesale_failure
@@ -26,6 +26,9 @@ from agent.features import SourceResult
 from agent.hostfs import HostFS
 
 log = logging.getLogger(__name__)
+
+Report = Callable[[str, "str | None"], None]
+"""(source or "source.feature", why it fails, or None when it reads again)"""
 
 
 def release_free_heap() -> None:
@@ -44,16 +47,17 @@ def release_free_heap() -> None:
             _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
         except (OSError, AttributeError):
             pass
-    if _malloc_trim:
+    if callable(_malloc_trim):
         _malloc_trim(0)
 
 
-_malloc_trim = None
+_malloc_trim: Callable[[int], object] | bool | None = None  # None: not looked up yet; False: none here
 
 
 class DiscoveryCache:
-    def __init__(self, host: HostFS, config: DiscoveryConfig, sources: Iterable[str], *, observe=None,
-                 on_degraded=None, on_undetermined=None) -> None:
+    def __init__(self, host: HostFS, config: DiscoveryConfig, sources: Iterable[str], *,
+                 observe: Callable[[str, float], None] | None = None, on_degraded: Report | None = None,
+                 on_undetermined: Report | None = None) -> None:
         self.host = host
         self.config = config
         self.sources = tuple(sorted(sources))
@@ -136,7 +140,7 @@ class DiscoveryCache:
         if before is None or any(before.results.get(n) != self.current.results.get(n) for n in names):
             self.generation += 1
 
-    def _carry(self, new, previous):
+    def _carry(self, new: SourceResult, previous: SourceResult | None) -> SourceResult:
         """``new`` with its undetermined features answered as last time; logged when that starts
         and when the feature reads again."""
         source = new.source
@@ -176,9 +180,9 @@ class DiscoveryCache:
         self._report(self.on_degraded, name, why)
 
     @staticmethod
-    def _report(callback, name: str, why: str | None) -> None:
+    def _report(callback: Report | None, name: str, why: str | None) -> None:
         if callback is not None:
             try:
                 callback(name, why)
-            except Exception:  # noqa: BLE001 - reporting must never break discovery
+            except Exception:
                 log.exception("reporting the state of %s failed", name)

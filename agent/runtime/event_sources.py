@@ -23,10 +23,12 @@ undecodable datagrams are counted and logged (rate-limited), never raised.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from agent.runtime.subsystems import MONITORED_SUBSYSTEMS
 from agent.runtime.uevent import MAX_DATAGRAM, UEvent, UEventError, from_pyudev, parse_kernel_uevent
@@ -84,7 +86,7 @@ class SocketSource:
         self.junk = _Junk(f"event socket {path or 'pair'}")
 
     @classmethod
-    def bind(cls, path: str, subsystems: Iterable[str] = MONITORED_SUBSYSTEMS) -> "SocketSource":
+    def bind(cls, path: str, subsystems: Iterable[str] = MONITORED_SUBSYSTEMS) -> SocketSource:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             if os.path.exists(path) and not os.path.isdir(path):
@@ -99,7 +101,7 @@ class SocketSource:
         return self.sock.fileno()
 
     def receive(self) -> list[UEvent]:
-        events = []
+        events: list[UEvent] = []
         while True:
             try:
                 data = self.sock.recv(MAX_DATAGRAM + 1)
@@ -144,31 +146,29 @@ class PyudevSource:
         self.junk = _Junk(f"{source} uevent monitor")
 
     def fileno(self) -> int:
-        return self.monitor.fileno()
+        return int(self.monitor.fileno())
 
     def receive(self) -> list[UEvent]:
-        events = []
+        events: list[UEvent] = []
         while True:
             try:
                 device = self.monitor.poll(timeout=0)
-            except Exception as exc:  # ENOBUFS after an overrun, decoding trouble
+            except Exception as exc:  # noqa: BLE001 - ENOBUFS after an overrun, decoding trouble: noted
                 self.junk.note(exc)
                 return events
             if device is None:
                 return events
             try:
                 event = from_pyudev(device)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a device pyudev cannot describe: noted, skipped
                 self.junk.note(exc)
                 continue
             if event.subsystem in self.subsystems:
                 events.append(event)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # best effort on shutdown
             self.monitor.stop()
-        except Exception:  # best effort on shutdown
-            pass
 
 
 #: udevd's control socket; where it is missing a "udev" monitor silently receives nothing

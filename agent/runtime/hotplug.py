@@ -18,7 +18,7 @@ import logging
 import os
 import select
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from agent.hostfs import HostFileError, HostFS
 from agent.runtime.event_sources import EventSource
@@ -41,7 +41,7 @@ class HotplugMonitor:
         self._thread = threading.Thread(target=self._run, name="hotplug-monitor", daemon=True)
         self.failed: Exception | None = None
 
-    def start(self) -> "HotplugMonitor":
+    def start(self) -> HotplugMonitor:
         self._thread.start()
         return self
 
@@ -129,7 +129,7 @@ class Poller:
         self._thread = threading.Thread(target=self._run, name="hotplug-poller", daemon=True)
         self._last = fingerprints(host)
 
-    def start(self) -> "Poller":
+    def start(self) -> Poller:
         self._thread.start()
         return self
 

@@ -20,11 +20,13 @@ none of them and are ignored, so an idle node costs nothing but the watch itself
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from agent.reconcile.backoff import Backoff, BackoffSettings
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
@@ -46,7 +48,7 @@ QUICK_END_MAX_WAIT = 1.0
 MAX_WATCH_DELAY = 5.0
 
 
-def relevant(node: Mapping[str, Any] | None) -> tuple | None:
+def relevant(node: Mapping[str, Any] | None) -> tuple[object, ...] | None:
     """The parts of a Node the agent reacts to (None for no node)."""
     if not node:
         return None
@@ -70,7 +72,8 @@ class NodeWatcher:
 
     def __init__(self, core: Any, node_name: str, on_change: Callable[[dict[str, Any]], None], *,
                  timeout_seconds: int = DEFAULT_WATCH_TIMEOUT, read_timeout: float = DEFAULT_READ_TIMEOUT,
-                 backoff: BackoffSettings = BackoffSettings(), on_deleted: Callable[[], None] | None = None,
+                 backoff: BackoffSettings = BackoffSettings(),  # noqa: B008 - frozen, shared safely
+                 on_deleted: Callable[[], None] | None = None,
                  initial_delay: float = 0.0) -> None:
         self.core = core
         self.node_name = node_name
@@ -91,7 +94,7 @@ class NodeWatcher:
         self._seen: collections.deque[str] = collections.deque(maxlen=512)
 
     # -- public ---------------------------------------------------------------------------
-    def start(self) -> "NodeWatcher":
+    def start(self) -> NodeWatcher:
         self._thread.start()
         return self
 
@@ -121,10 +124,8 @@ class NodeWatcher:
         with self._lock:
             response = self._response
         if response is not None:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the thread ends within its read timeout anyway
                 response.shutdown()  # unblocks a read in progress (urllib3 >= 2.3)
-            except Exception:
-                pass
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -152,7 +153,7 @@ class NodeWatcher:
                 log.info("node watch: resourceVersion %s expired (410); listing again", self.resource_version,
                          extra={"node": self.node_name, "event": "watch-expired"})
                 need_list = True
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure of a watch is retried after the backoff
                 if self._stop.is_set():
                     return
                 delay = min(self.backoff.next_delay(getattr(exc, "retry_after", None)), MAX_WATCH_DELAY)
@@ -271,7 +272,7 @@ def consume(response: Any, stop: threading.Event, handle: Callable[[bytes], None
     return count
 
 
-def _lines(response: Any):
+def _lines(response: Any) -> Iterator[bytes]:
     """Newline-delimited JSON from a chunked watch response (partial lines are buffered)."""
     buffer = b""
     for chunk in response.stream(amt=None, decode_content=False):
@@ -292,7 +293,7 @@ def _retry_after(exc: Any) -> float | None:
     headers = getattr(exc, "headers", None) or {}
     try:
         return parse_retry_after(headers.get("Retry-After"))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a header of any shape from a failed request: no hint then
         return None
 
 

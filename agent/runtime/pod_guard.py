@@ -18,8 +18,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from agent.reconcile.events import COMPONENT
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT, NodeApi, NodeApiError, classify
@@ -49,7 +50,8 @@ class PodGuard:
 
     def _pods(self) -> list[dict[str, Any]]:
         try:
-            response = self.api.core.list_pod_for_all_namespaces(
+            # the raw urllib3 response (``_preload_content=False``), not the model the stubs name
+            response: Any = self.api.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={self.node_name}", _preload_content=False,
                 _request_timeout=DEFAULT_REQUEST_TIMEOUT)
             body = json.loads(response.data)
@@ -91,14 +93,15 @@ class PodGuard:
         evicted, error = False, ""
         if self.evict:
             try:
+                eviction: Any = {"apiVersion": "policy/v1", "kind": "Eviction",  # the client sends dicts as they are
+                                 "metadata": {"name": name, "namespace": namespace}}
                 self.api.core.create_namespaced_pod_eviction(
-                    name, namespace, {"apiVersion": "policy/v1", "kind": "Eviction",
-                                      "metadata": {"name": name, "namespace": namespace}},
+                    name, namespace, eviction,
                     _preload_content=False, _request_timeout=DEFAULT_REQUEST_TIMEOUT)
                 evicted = True
                 log.warning("pod guard: evicted %s/%s", namespace, name,
                             extra={"node": self.node_name, "event": "pod-evicted", "change": f"{namespace}/{name}"})
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - classified when an API error, reported either way
                 err = classify(f"EVICT pod {namespace}/{name}", exc) if _api_error(exc) else exc
                 error = str(err)
                 log.error("pod guard: eviction of %s/%s failed: %s", namespace, name, error,
@@ -108,7 +111,7 @@ class PodGuard:
         return Orphan(namespace, name, uid, missing, evicted, error)
 
     def _event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{name}.", "namespace": namespace},
                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace, "uid": uid},

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 STARTUP, HOTPLUG, RULES, NODE, RESYNC, RETRY = "startup", "hotplug", "rules", "node", "resync", "retry"
 KINDS = (STARTUP, HOTPLUG, RULES, NODE, RESYNC, RETRY)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from agent.reconcile.node_api import NodeApi
 
@@ -26,7 +27,7 @@ class RecordingNodeApi(NodeApi):
         self.writes = 0
 
     @classmethod
-    def wrap(cls, api: NodeApi) -> "RecordingNodeApi":
+    def wrap(cls, api: NodeApi) -> RecordingNodeApi:
         return cls(api.core, request_timeout=api.request_timeout)
 
     def _seen(self, node: dict[str, Any], *, own_write: bool) -> dict[str, Any]:

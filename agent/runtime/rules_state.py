@@ -20,8 +20,9 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 

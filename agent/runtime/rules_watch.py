@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +36,28 @@ def watch_roots(dirs: Sequence[str]) -> list[str]:
     resync still reloads it."""
     roots: list[str] = []
     for directory in dirs:
-        path = os.path.abspath(directory)
-        candidates = [path] if os.path.isdir(path) and not os.path.islink(path) else []
-        if not candidates or os.path.islink(path):
-            parent = os.path.dirname(path)
-            while parent and not os.path.isdir(parent) and parent != os.path.dirname(parent):
-                parent = os.path.dirname(parent)
-            if _deep_enough(parent):
-                candidates.append(parent)
-            elif not candidates:
-                log.warning("rules directory %s is missing and its parent %s cannot be watched; its edits are seen "
-                            "at the next resync", path, parent, extra={"event": "rules-watch-skipped"})
-        roots.extend(c for c in candidates if c not in roots)
+        roots.extend(c for c in _candidates(os.path.abspath(directory)) if c not in roots)
     roots.sort(key=len)
     kept: list[str] = []
     for root in roots:
         if not any(root == k or root.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(root)
     return kept
+
+
+def _candidates(path: str) -> list[str]:
+    """The directory itself when it is a real one; its nearest existing ancestor when it is
+    missing or a symlink (a swap re-points it), if that ancestor is deep enough."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return [path]
+    parent = os.path.dirname(path)
+    while parent and not os.path.isdir(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if _deep_enough(parent):
+        return [parent]
+    log.warning("rules directory %s is missing and its parent %s cannot be watched; its edits are seen "
+                "at the next resync", path, parent, extra={"event": "rules-watch-skipped"})
+    return []
 
 
 def _deep_enough(directory: str) -> bool:
@@ -83,7 +87,7 @@ class RulesWatcher:
         self.failed: Exception | None = None
         self.ready = threading.Event()
 
-    def start(self) -> "RulesWatcher":
+    def start(self) -> RulesWatcher:
         self._thread.start()
         return self
 
@@ -111,7 +115,7 @@ class RulesWatcher:
                         log.debug("rules directories changed: %s", sorted(p for _c, p in raw)[:10])
                         self._created(frozenset(path for change, path in raw if change == CREATED))
                         self._changed()
-        except Exception as exc:  # e.g. the inotify watch limit reached
+        except Exception as exc:  # noqa: BLE001 - e.g. the inotify watch limit reached: said, resync covers
             self.failed = exc
             if not self._stop.is_set():
                 log.error("watching rule directories %s failed (%s); rule edits are picked up at the next resync",
@@ -123,7 +127,7 @@ class RulesWatcher:
         if paths and self.on_created is not None:
             try:
                 self.on_created(paths)
-            except Exception:  # noqa: BLE001 - a failing observer must not end the watch
+            except Exception:
                 log.exception("handling created paths %s failed", sorted(paths)[:10])
 
     def _changed(self) -> None:

@@ -13,7 +13,7 @@ change without one.
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 WATCHED = ("pci", "usb")
 

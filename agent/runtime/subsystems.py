@@ -12,7 +12,7 @@ so a busy host's ``tty``/``input`` events cost nothing.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 SUBSYSTEM_SOURCES: dict[str, tuple[str, ...]] = {
     "pci": ("pci", "network", "storage"),

@@ -14,9 +14,10 @@ and drops them); nothing here raises anything else.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 MAX_DATAGRAM = 8192
 """The kernel's UEVENT_BUFFER_SIZE is 2048; anything far larger is not a kernel uevent."""
@@ -64,32 +65,12 @@ def _text(raw: bytes, what: str) -> str:
 
 def parse_kernel_uevent(data: bytes) -> UEvent:
     """One kernel uevent datagram -> ``UEvent``; ``UEventError`` for anything else."""
-    if not isinstance(data, (bytes, bytearray)):
-        raise UEventError("not bytes")
-    data = bytes(data)
-    if not data:
-        raise UEventError("empty datagram")
-    if len(data) > MAX_DATAGRAM:
-        raise UEventError(f"datagram of {len(data)} bytes is larger than any kernel uevent")
-    if data.startswith(LIBUDEV_MAGIC):
-        raise UEventError("libudev-framed message (udev group), not a kernel uevent")
-    if not data.endswith(b"\0"):
-        raise UEventError("truncated datagram (the kernel ends every field with NUL)")
-    fields = data.rstrip(b"\0").split(b"\0")
+    fields = _fields(data)
     header = _text(fields[0], "header")
     action_h, at, devpath_h = header.partition("@")
     if not at or not action_h or not devpath_h:
         raise UEventError(f"header {header[:80]!r} is not action@devpath")
-    properties: dict[str, str] = {}
-    for raw in fields[1:]:
-        if not raw:
-            continue  # tolerate doubled NULs
-        key, eq, value = _text(raw, "property").partition("=")
-        if not eq or not _KEY.match(key):
-            raise UEventError(f"property {raw[:40]!r} is not KEY=VALUE")
-        if len(properties) >= MAX_PROPERTIES:
-            raise UEventError("too many properties")
-        properties[key] = value
+    properties = _properties(fields[1:])
     action = properties.get("ACTION", action_h)
     devpath = properties.get("DEVPATH", devpath_h)
     subsystem = properties.get("SUBSYSTEM", "")
@@ -103,6 +84,36 @@ def parse_kernel_uevent(data: bytes) -> UEvent:
     if not _DEVPATH.match(devpath):
         raise UEventError(f"devpath {devpath[:80]!r} is not an absolute printable path")
     return UEvent(action, subsystem, devpath, properties)
+
+
+def _fields(data: object) -> list[bytes]:
+    """The NUL-separated fields of a datagram that can be a kernel uevent at all."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise UEventError("not bytes")
+    data = bytes(data)
+    if not data:
+        raise UEventError("empty datagram")
+    if len(data) > MAX_DATAGRAM:
+        raise UEventError(f"datagram of {len(data)} bytes is larger than any kernel uevent")
+    if data.startswith(LIBUDEV_MAGIC):
+        raise UEventError("libudev-framed message (udev group), not a kernel uevent")
+    if not data.endswith(b"\0"):
+        raise UEventError("truncated datagram (the kernel ends every field with NUL)")
+    return data.rstrip(b"\0").split(b"\0")
+
+
+def _properties(fields: list[bytes]) -> dict[str, str]:
+    properties: dict[str, str] = {}
+    for raw in fields:
+        if not raw:
+            continue  # tolerate doubled NULs
+        key, eq, value = _text(raw, "property").partition("=")
+        if not eq or not _KEY.match(key):
+            raise UEventError(f"property {raw[:40]!r} is not KEY=VALUE")
+        if len(properties) >= MAX_PROPERTIES:
+            raise UEventError("too many properties")
+        properties[key] = value
+    return properties
 
 
 def encode_kernel_uevent(action: str, devpath: str, subsystem: str, seqnum: int | None = None,
