@@ -40,8 +40,9 @@ def test_a_bus_directory_that_vanishes_keeps_its_labels_until_a_real_read_shows_
 
     shutil.move(str(h.host.stash / "usb-bus"), str(usb_bus))
     shutil.move(str(h.host.stash / "pci-bus"), str(pci_bus))
-    wait_for(lambda: not h.agent.discovery.degraded, what="sources read again")
-    assert h.metric('nfa_source_degraded{source="usb"}') == 0.0
+    # the cache forgets the degradation, then reports it: wait for both
+    wait_for(lambda: not h.agent.discovery.degraded and h.metric('nfa_source_degraded{source="usb"}') == 0.0,
+             what="sources read again, and said so")
     h.unplug()  # a real unplug: the bus lists, the Coral is not in it
     gone = h.wait_converged(what="converged after the real unplug")
     assert EDGETPU_LABEL not in gone.labels and GPU_LABEL in gone.labels
