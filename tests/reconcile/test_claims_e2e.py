@@ -54,7 +54,7 @@ def server():
         yield srv
 
 
-def make(server, claims: ClaimPolicy = ClaimPolicy()) -> Reconciler:
+def make(server, claims: ClaimPolicy = ClaimPolicy()) -> Reconciler:  # noqa: B008 - frozen, shared safely
     api = NodeApi.from_configuration(server.client_configuration(), request_timeout=(2.0, 5.0))
     return Reconciler(api, NODE, sleep=lambda _s: None, random=lambda: 0.0, claims=claims)
 

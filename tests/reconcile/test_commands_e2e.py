@@ -16,7 +16,7 @@ from agent.desired import ANNOTATION_OWNED_LABELS, OWNERSHIP_ANNOTATIONS
 from tests.conftest import FIXTURES
 
 # a plain import: a broken API server module must fail these tests, never skip them
-from tests.support.apiserver import FakeApiServer  # noqa: E402
+from tests.support.apiserver import FakeApiServer
 
 NODE = "coral-usb-1"
 CLI = str(Path(sys.executable).parent / "node-feature-agent")

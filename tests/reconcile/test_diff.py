@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.desired import (
     ANNOTATION_OWNED_ANNOTATIONS,
@@ -27,8 +28,7 @@ def diff(obj, desired, **kw) -> NodePlan:
 
 def converge(obj, desired, max_steps=5, **kw):
     """Apply plans the way the reconciler does until the plan is empty; returns (node, writes)."""
-    writes = 0
-    for _ in range(max_steps):
+    for writes in range(max_steps):
         plan = diff(obj, desired, **kw)
         if plan.empty:
             return obj, writes
@@ -36,7 +36,6 @@ def converge(obj, desired, max_steps=5, **kw):
             obj = apply_json(obj, plan.status_ops)
         else:
             obj = apply_merge(obj, plan.metadata_patch)
-        writes += 1
     raise AssertionError(f"no convergence: {diff(obj, desired, **kw)}")
 
 

@@ -71,7 +71,7 @@ def test_a_single_event_is_posted_unchanged_and_release_sends_early(server):
 def test_long_parts_share_the_message_limit_and_each_stays_visible():
     import datetime as dt
 
-    now = dt.datetime(2026, 11, 24, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 24, tzinfo=dt.UTC)
     short = event_body(NODE, "u", ev.REASON_RESOURCES, "add extended resource x.io/y=1", "Normal", now)
     long1 = event_body(NODE, "u", ev.REASON_LABELS, "L" * 1000, "Normal", now)
     long2 = event_body(NODE, "u", ev.REASON_CLASH, "W" * 1000, "Warning", now)
@@ -101,7 +101,7 @@ def test_warnings_kept_through_an_outage_go_out_in_the_next_passs_one_event(serv
     one by one: the next successful pass carries them in its one Event, oldest timestamp first."""
     import datetime as dt
 
-    clock = iter(dt.datetime(2026, 11, 24, 19, 0, s, tzinfo=dt.timezone.utc) for s in range(60))
+    clock = iter(dt.datetime(2026, 11, 24, 19, 0, s, tzinfo=dt.UTC) for s in range(60))
     rec = EventRecorder(NodeApi.from_configuration(server.client_configuration()), NODE, now=lambda: next(clock))
     server.faults.fail(503, count=3, verb="POST", path="/events")
     for n in range(3):  # three passes during the outage, each with a Warning

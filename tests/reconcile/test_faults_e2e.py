@@ -10,7 +10,7 @@ from agent.reconcile import NodeApi, Reconciler
 from tests.reconcile.test_reconciler_e2e import NODE, WANT, Sleeps, node_writes, plan_of
 
 # a plain import: a broken API server module must fail these tests, never skip them
-from tests.support.apiserver import FakeApiServer  # noqa: E402
+from tests.support.apiserver import FakeApiServer
 
 
 # -- the server's fault switches, in one place ------------------------------------------------

@@ -1,6 +1,7 @@
 """The ownership record: sorted, comma-separated, tolerant of hand edits."""
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.desired import (
     ANNOTATION_OWNED_ANNOTATIONS,

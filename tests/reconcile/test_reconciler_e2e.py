@@ -21,7 +21,7 @@ from agent.desired import (
 from agent.reconcile import NodeApi, Reconciler
 
 # a plain import: a broken API server module must fail these tests, never skip them
-from tests.support.apiserver import FakeApiServer  # noqa: E402
+from tests.support.apiserver import FakeApiServer
 
 NODE = "node-a"
 EDGETPU = "accelerators/edgetpu"
@@ -90,7 +90,7 @@ def test_apply_then_remove_everything_we_own(server, sleeps):
     assert ann[ANNOTATION_OWNED_TAINTS] == "example.com/edgetpu=present:NoSchedule"
     assert node["status"]["capacity"][TPU_RES] == "2" and node["status"]["allocatable"][TPU_RES] == "2"
     assert FOREIGN_TAINT in node["spec"]["taints"]
-    assert any("added label accelerators/edgetpu=true" == line for line in outcome.applied)
+    assert any(line == "added label accelerators/edgetpu=true" for line in outcome.applied)
 
     server.reset_requests()
     outcome = rec.reconcile(plan_of(DesiredNodeState()))
@@ -249,7 +249,7 @@ def test_concurrent_second_writer_keeps_its_labels_and_taints(server, sleeps):
             except k8s.ApiException as exc:
                 if exc.status != 409:
                     errors.append(exc)
-            except Exception as exc:  # surfaced by the assertion below, never lost
+            except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below, never lost
                 errors.append(exc)
                 return
             stop.wait(0.005)

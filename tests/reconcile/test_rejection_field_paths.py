@@ -10,7 +10,7 @@ from agent.reconcile import Invalid, NodeApi
 from agent.reconcile.rejections import rejected_items
 
 # a plain import: a broken API server module must fail these tests, never skip them
-from tests.support.apiserver import FakeApiServer  # noqa: E402
+from tests.support.apiserver import FakeApiServer
 
 
 def test_dotted_capacity_path_blames_that_resource_only():
