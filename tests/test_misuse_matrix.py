@@ -391,3 +391,53 @@ def test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
     assert "Traceback" not in log_path.read_text()
+
+
+#: hostile host states for ``apply`` on the Coral USB Accelerator's host (coral-usb): its
+#: ``idVendor`` a directory or a FIFO while its device directory is still listed, or discovery
+#: out of descriptors (``tests/faults/test_unreadable_host.py`` holds the same cases for the
+#: PCIe card, and for ``run``)
+UNREADABLE_IDVENDOR = "sys/devices/pci0000:00/0000:00:14.0/usb2/2-2/idVendor"
+
+
+def _idvendor_a_directory(root):
+    (root / UNREADABLE_IDVENDOR).unlink()
+    (root / UNREADABLE_IDVENDOR).mkdir()
+
+
+def _idvendor_a_fifo(root):
+    (root / UNREADABLE_IDVENDOR).unlink()
+    os.mkfifo(root / UNREADABLE_IDVENDOR)
+
+
+HOSTILE_HOSTS = {"idvendor-eisdir": _idvendor_a_directory, "idvendor-fifo": _idvendor_a_fifo,
+                 "out-of-descriptors": lambda root: None}
+
+
+@pytest.mark.parametrize("state", list(HOSTILE_HOSTS))
+def test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was(tmp_path, state):
+    """A labelled Node, then ``apply`` on the same host with a file it cannot read: exit 0, no
+    traceback, the Node exactly as it was (same resourceVersion: nothing written), a Warning
+    Event saying what is held."""
+    from tests.faults.test_unreadable_host import STARVED
+
+    root = tmp_path / "host"
+    shutil.copytree(CORAL, root, symlinks=True)
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+        argv = ("apply", "--once", "--host-root", str(root), "--rules", str(LABELS_DIR), "--kubeconfig",
+                str(kubeconfig), "--node-name", NODE)
+        assert run_cli(argv).returncode == 0
+        labelled = server.node(NODE)
+        assert labelled["metadata"]["labels"]["accelerators/edgetpu"] == "true"
+        HOSTILE_HOSTS[state](root)
+        if state == "out-of-descriptors":
+            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            result = subprocess.run([sys.executable, "-c", STARVED, "0", "-", "--log-format", "json", *argv], cwd=REPO,
+                                    env=env, capture_output=True, text=True, timeout=120)
+        else:
+            result = run_cli(argv)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (state, result.stderr[-2000:])
+        assert server.node(NODE) == labelled, f"{state} changed the Node"
+        assert [e for e in server.events() if e["reason"] == "DiscoveryReadFailed" and e["type"] == "Warning"]

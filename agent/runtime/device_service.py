@@ -62,6 +62,8 @@ class DeviceService:
         self.host = HostFS(host_root)
         self.node_name = node_name
         self._waiting: frozenset[str] = frozenset()
+        #: resource -> the devices last handed to its plugin (what a held resource keeps)
+        self._published: dict[str, ResourceDevices] = {}
 
     def start(self) -> DeviceService:
         self.plugins.start()  # the directory watch: a watchfiles loop, as for the rules
@@ -93,11 +95,16 @@ class DeviceService:
             log.info("device plugin for %s waits until the agent's own capacity entry is removed",
                      ", ".join(sorted(waiting)), extra={"node": self.node_name, "event": "device-plugin-handoff"})
         self._waiting = waiting
-        claims = {n: c for n, c in desired.device_claims.items() if n not in owned}
+        # a resource an undetermined feature decides keeps the devices last published (none yet:
+        # not served until a read decides), as its label and count are kept (agent.rules.held)
+        held = {n for n in desired.device_claims if n in desired.held_resources}
+        claims = {n: c for n, c in desired.device_claims.items() if n not in owned and n not in held}
         try:
             resolved = resolve_claims(self.host, claims)
         except Exception:  # a bug here must not cost the node its labels: keep the last lists
             log.exception("resolving device nodes failed; the device plugins keep their last lists",
                           extra={"node": self.node_name, "event": "device-plugin-error"})
             return
+        resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
+        self._published = dict(resolved)
         self.plugins.publish(resolved)

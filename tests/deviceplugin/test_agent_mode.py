@@ -218,3 +218,55 @@ def test_stop_with_plugins_serving_ends_cleanly_within_the_shutdown_budget(tmp_p
     h.sender.close()
     assert finished
     assert sorted(os.listdir(socket_dir)) == ["kubelet.sock"]
+
+
+def test_a_tpu_whose_vendor_file_cannot_be_read_keeps_its_plugin_devices(tmp_path, server, socket_dir, kubelet):
+    """The PCIe Edge TPU's ``vendor`` becomes a directory (EISDIR) while its device directory is
+    still listed: passes that cannot read it keep ``pci.device`` as the pass before had it, so
+    the plugin keeps advertising the card, healthy, and the label stays; a pass that reads the
+    card gone again (unplugged) takes it away."""
+    h = Harness(tmp_path, server, socket_dir).start()
+    pcie = "sys/devices/pci0000:00/0000:00:1c.0/0000:01:00.0"
+    try:
+        kubelet.wait_list(TPU, [(PCIE_TPU, "Healthy"), (USB_TPU, "Healthy")])
+        vendor = h.host.root / pcie / "vendor"
+        vendor.unlink()
+        vendor.mkdir()
+        for _ in range(3):
+            passes = h.agent.passes
+            h.inject("change", "/" + pcie.removeprefix("sys/"), "pci")
+            wait_for(lambda: h.agent.passes > passes, what="a pass that cannot read the card")  # noqa: B023
+            assert kubelet.latest(TPU) == [(PCIE_TPU, "Healthy"), (USB_TPU, "Healthy")]
+            assert server.node(NODE)["metadata"]["labels"]["accelerators/edgetpu"] == "true"
+        assert h.metric('nfa_feature_undetermined{feature="pci.device"}') == 1.0
+        shutil.rmtree(h.host.root / pcie)
+        os.unlink(h.host.root / "sys/bus/pci/devices/0000:01:00.0")
+        h.inject("remove", "/" + pcie.removeprefix("sys/"), "pci")
+        kubelet.wait_list(TPU, [(PCIE_TPU, "Unhealthy"), (USB_TPU, "Healthy")])  # gone: unhealthy for its grace
+        assert h.metric('nfa_feature_undetermined{feature="pci.device"}') == 0.0
+    finally:
+        h.close()
+
+
+def test_a_fresh_agent_that_cannot_read_a_tpu_serves_no_shorter_list(tmp_path, server, socket_dir, kubelet):
+    """A fresh agent whose first pass cannot read the PCIe TPU has no earlier answer to keep:
+    the resources that card's feature decides (the TPUs, and the Hailo-8 found by the same
+    ``pci.device``) are not handed to their plugins until a pass reads it, so kubelet never
+    gets a TPU list without the card."""
+    h = Harness(tmp_path, server, socket_dir)
+    pcie = "sys/devices/pci0000:00/0000:00:1c.0/0000:01:00.0"
+    vendor = h.host.root / pcie / "vendor"
+    content = vendor.read_bytes()
+    vendor.unlink()
+    vendor.mkdir()
+    h.start()
+    try:
+        wait_for(lambda: h.agent.passes >= 1, what="the first pass, devices published")
+        assert h.metric(f'nfa_device_plugin_devices{{health="Healthy",resource="{TPU}"}}') is None
+        vendor.rmdir()
+        vendor.write_bytes(content)
+        h.inject("change", "/" + pcie.removeprefix("sys/"), "pci")
+        kubelet.wait_list(TPU, [(PCIE_TPU, "Healthy"), (USB_TPU, "Healthy")])
+        assert kubelet.lists.get(TPU) == [[(PCIE_TPU, "Healthy"), (USB_TPU, "Healthy")]]
+    finally:
+        h.close()
