@@ -75,7 +75,7 @@ class VethPair:
             raise ValueError("interface names are at most 15 characters")
         self._netns_made = False
 
-    def __enter__(self) -> "VethPair":
+    def __enter__(self) -> VethPair:
         done = _ip("netns", "add", self.netns)
         if done.returncode != 0:
             raise OSError(f"ip netns add {self.netns}: {done.stderr.strip()}")
@@ -127,7 +127,7 @@ class NetMonitor:
     def close(self) -> None:
         try:
             self.monitor.stop()
-        except Exception:  # best effort
+        except Exception:  # noqa: BLE001, S110 - best effort at teardown
             pass
 
 

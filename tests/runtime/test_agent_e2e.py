@@ -102,7 +102,7 @@ def test_startup_labels_the_node_removes_the_startup_taint_and_becomes_ready(har
     assert node["status"]["capacity"][EDGETPU_RESOURCE] == "1"
     assert STARTUP_TAINT["key"] not in [t["key"] for t in node["spec"].get("taints") or []]
     assert harness.http("/readyz")[0] == 200 and harness.http("/healthz")[0] == 200
-    status, body = harness.http("/metrics")
+    _status, body = harness.http("/metrics")
     assert 'nfa_reconcile_total{result="applied"} 1.0' in body
     assert 'nfa_api_requests_total{code="200",verb="patch"}' in body
     assert harness.metric("nfa_owned_extended_resources") == 1.0
@@ -302,7 +302,7 @@ def test_every_invalid_rules_edit_is_judged_while_the_worker_is_busy(harness):
     wait_for(lambda: harness.agent._busy_since is not None, timeout=10, what="a pass in progress")
     for n, name in enumerate(("zz-broken-1.yaml", "zz-broken-2.yaml"), start=1):
         write_configmap(harness.rules, {**CATALOGUE, f"rules/{name}": "kind: NodeFeatureRule\nmetadata: {name: x\n"})
-        wait_for(lambda: harness.metric('nfa_rules_reload_total{result="rejected"}') == n, timeout=5,
+        wait_for(lambda n=n: harness.metric('nfa_rules_reload_total{result="rejected"}') == n, timeout=5,
                  what=f"broken edit {n} judged")
     assert harness.agent._busy_since is not None  # the worker was busy all along
     wait_for(lambda: [e for e in harness.server.events() if e["reason"] == "RulesInvalid"], what="the RulesInvalid Event")
@@ -342,9 +342,9 @@ def test_warning_events_that_fail_to_post_go_out_in_the_next_good_passs_one_even
     harness.server.faults.throttle(retry_after=1, count=2, verb="POST", path="/events")
     for n in (1, 2):
         write_configmap(harness.rules, {**CATALOGUE, f"rules/zz-broken-{n}.yaml": "kind: NodeFeatureRule\nmetadata: {name: x\n"})
-        wait_for(lambda: harness.metric('nfa_rules_reload_total{result="rejected"}') == n, what=f"broken edit {n} judged")
+        wait_for(lambda n=n: harness.metric('nfa_rules_reload_total{result="rejected"}') == n, what=f"broken edit {n} judged")
         # the fault is taken when the request arrives; the agent keeps the Warning once the 429 is back
-        wait_for(lambda: len(harness.agent.reconciler.events.backlog) == n, what=f"Warning {n} kept in the backlog")
+        wait_for(lambda n=n: len(harness.agent.reconciler.events.backlog) == n, what=f"Warning {n} kept in the backlog")
     assert harness.server.faults.pending() == 0 and not [e for e in harness.server.events() if e["reason"] == "RulesInvalid"]
     posts = len(event_posts(harness.server))
     harness.host.unplug()  # any next pass (here a hotplug) carries the backlog once it succeeds

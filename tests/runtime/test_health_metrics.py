@@ -4,6 +4,8 @@ import urllib.error
 import urllib.request
 
 import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from agent.runtime.api_metrics import instrument, k8s_verb
 from agent.runtime.health import HealthServer
@@ -82,10 +84,10 @@ def test_instrumented_client_counts_real_requests_by_verb_and_code():
         core.read_node("n1")
         core.list_node(field_selector="metadata.name=n1")
         server.faults.fail(503, verb="GET")
-        with pytest.raises(Exception):
+        with pytest.raises(ApiException):
             core.read_node("n1")
         server.faults.refuse_connections()
-        with pytest.raises(Exception):
+        with pytest.raises(urllib3.exceptions.HTTPError):
             core.read_node("n1", _request_timeout=5)
         core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
     body = metrics.render().decode()

@@ -6,8 +6,7 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled
-from agent.reconcile.node_api import load_configuration
+from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled, load_configuration
 from agent.runtime.light_core import LightCoreV1Api, light_node_api
 from tests.support.apiserver import FakeApiServer
 

@@ -76,7 +76,7 @@ def test_continues_from_last_version_after_a_dropped_watch(server):
         assert watches[-1].query.get("timeoutSeconds")
         assert watcher.lists == 1  # no relist needed
         server.edit_node("n1", lambda n: n["metadata"]["labels"].update(b="2"))
-        wait_for(lambda: any("b" in l for l in rec.labels()), what="change after reconnect")
+        wait_for(lambda: any("b" in labels for labels in rec.labels()), what="change after reconnect")
         assert rv != watcher.resource_version
     finally:
         watcher.stop()
@@ -90,7 +90,7 @@ def test_410_relists_and_reports_a_change_made_meanwhile(server):
         server.expire_resource_versions()
         wait_for(lambda: watcher.lists > watcher_lists, what="relist after 410")
         server.edit_node("n1", lambda n: n["metadata"]["labels"].update(c="3"))
-        wait_for(lambda: any("c" in l for l in rec.labels()), what="change after relist")
+        wait_for(lambda: any("c" in labels for labels in rec.labels()), what="change after relist")
     finally:
         watcher.stop()
 
@@ -115,7 +115,7 @@ def test_deleted_and_recreated_node(server):
         assert deleted.wait(20)
         assert watcher.fresh_node(60) is None
         server.add_node("n1", labels={"new": "1"})
-        wait_for(lambda: any("new" in l for l in rec.labels()), what="re-registered node")
+        wait_for(lambda: any("new" in labels for labels in rec.labels()), what="re-registered node")
     finally:
         watcher.stop()
 
@@ -184,10 +184,10 @@ def test_clean_ends_reconnect_at_once_from_the_last_version():
             for n in (2, 3, 4):
                 wait_for(lambda: srv.watches.count() >= 1, what="watch open")
                 srv.drop_watches()
-                wait_for(lambda: watcher.watches >= n and srv.watches.count() >= 1, timeout=10, what=f"re-watch {n}")
+                wait_for(lambda n=n: watcher.watches >= n and srv.watches.count() >= 1, timeout=10, what=f"re-watch {n}")
             assert watcher.lists == 1
             srv.edit_node("n1", lambda n: n["metadata"]["labels"].update(b="2"))
-            wait_for(lambda: any("b" in l for l in rec.labels()), timeout=10, what="change after reconnects")
+            wait_for(lambda: any("b" in labels for labels in rec.labels()), timeout=10, what="change after reconnects")
         finally:
             watcher.stop()
 

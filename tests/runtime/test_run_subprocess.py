@@ -32,7 +32,7 @@ class AgentProcess:
                f"--rules={REPO / 'labels'}", f"--node-name={NODE}", f"--kubeconfig={kubeconfig}",
                "--metrics-port=0", "--metrics-address=127.0.0.1", f"--udev-mode=inject:{self.socket_path}",
                "--debounce=0.05", "--startup-jitter=0", "--startup-taint=node-feature-agent.io/not-ready:NoSchedule", *extra]
-        self.stderr = open(self.stderr_path, "w")
+        self.stderr = open(self.stderr_path, "w")  # noqa: SIM115 - the agent's stderr until it exits
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -1,7 +1,10 @@
 """Kernel uevent wire format: real datagrams parse; hostile ones are refused, never crash."""
 
+from typing import ClassVar
+
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.runtime.uevent import UEvent, UEventError, encode_kernel_uevent, from_pyudev, parse_kernel_uevent
 
@@ -78,7 +81,7 @@ def test_from_pyudev_builds_the_same_record():
         action = "add"
         subsystem = "usb"
         device_path = "/devices/pci0000:00/0000:00:14.0/usb2/2-2"
-        properties = {"ACTION": "add", "SUBSYSTEM": "usb", "DEVPATH": device_path, "SEQNUM": "4711",
+        properties: ClassVar[dict[str, str]] = {"ACTION": "add", "SUBSYSTEM": "usb", "DEVPATH": device_path, "SEQNUM": "4711",
                       "MAJOR": "189", "MINOR": "129", "DEVNAME": "bus/usb/002/002", "DEVTYPE": "usb_device",
                       "PRODUCT": "18d1/9302/100", "TYPE": "0/0/0", "BUSNUM": "002", "DEVNUM": "002"}
 
