@@ -22,7 +22,7 @@ from agent.features import ElementNames, Feature, SourceResult, nfd_label
 from agent.hostfs import HostFileError, HostFS
 from agent.sources.cpu_arm32 import arm32_attributes
 from agent.sources.cpu_config import Config
-from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo_bytes
+from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo
 from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 from agent.sources.cpu_model import model_attributes
@@ -160,7 +160,7 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
             probe.undetermined.update({"cpuid": (nfd_label(NAME, "cpuid.*"),), "model": (nfd_label(NAME, "model.*"),)})
     if data is not None:
         truncated = len(data) >= _CPUINFO_READ_LIMIT
-        end = len(data)  # what is parsed is data[:end] (no copy of the 256 KiB read)
+        end = len(data)
         if truncated:  # a huge host: keep the complete blocks read
             end = data.rfind(b"\n\n") if b"\n\n" in data.lstrip(b"\n") else 0
         try:
@@ -168,7 +168,7 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
                 raise ValueError("first processor block is truncated or absurdly long")
             if data.find(b"\x00", 0, end) >= 0:
                 raise ValueError("binary content (NUL byte)")
-            block = parse_cpuinfo_bytes(data, end)
+            block = parse_cpuinfo(data[:end].decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             probe.error(CPUINFO, f"not a cpuinfo text: {exc}")
         else:

@@ -89,28 +89,6 @@ def parse_cpuinfo(text: str) -> CpuInfoBlock:
     return _parse_blocks(text)
 
 
-def parse_cpuinfo_bytes(data: bytes, end: int) -> CpuInfoBlock:
-    """:func:`parse_cpuinfo` of ``data[:end].decode("utf-8")`` (which raises what that decode
-    raises), without decoding, splitting or copying the whole text where the first block is all
-    that is used.
-
-    Why: on a 256-CPU host the cpu source reads 256 KiB of cpuinfo; decoding all of it, cutting it
-    at the first blank line and slicing it made four 256 KiB objects a pass, each fresh memory
-    (page faults), for a block of 2 KiB.  ASCII text (what every kernel prints) is valid UTF-8 and
-    a ``\n`` byte never falls inside a multi-byte character, so the first block's bytes decode to
-    the first block's text; anything else takes :func:`parse_cpuinfo` on the decoded text."""
-    if not data.isascii():
-        return parse_cpuinfo(data[:end].decode("utf-8"))
-    start = 0
-    if data[:1] == b"\n":  # text.lstrip("\n"), in C (a hostile file may be all newlines)
-        start = end - len(data[:end].lstrip(b"\n"))
-    stop = data.find(b"\n\n", start, end)
-    head = _parse_blocks(data[start:stop if stop >= 0 else end].decode("ascii"))
-    if head.fields.get("processor") is not None and head.arch in ("x86", "arm64", "arm") and head.raw_flags:
-        return head
-    return _parse_blocks(data[:end].decode("ascii"))
-
-
 def _parse_blocks(text: str) -> CpuInfoBlock:
     blocks: list[dict[str, str]] = []
     lines: list[tuple[str, str]] = []

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.sources import cpu
-from agent.sources.cpu_cpuinfo import ARCHES, parse_cpuinfo, parse_cpuinfo_bytes
+from agent.sources.cpu_cpuinfo import ARCHES, parse_cpuinfo
 from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, S390_HWCAPS, X86_FLAGS
 from agent.sources.cpu_live import LIVE_FACTS_PATH
 from agent.sources.cpu_ownproc import AuxvError, parse_auxv
@@ -162,28 +162,6 @@ def test_parse_first_block_total(text):
     assert block.arch in ("",) + ARCHES
     for key, value in block.fields.items():
         assert key == key.strip() and value == value.strip()
-
-
-@fuzz(300)
-@given(data=st.one_of(CPUINFO, st.text(max_size=200).map(str.encode)),
-       cut=st.one_of(st.just(-1), st.integers(min_value=0, max_value=2000)))
-def test_parse_bytes_is_parse_of_the_decoded_text(data, cut):
-    """The cpu source parses the bytes it read without decoding them all: the same block as
-    decoding data[:end] and parsing that text, or the same UnicodeDecodeError."""
-    end = len(data) if cut < 0 else min(cut, len(data))
-    try:
-        expected = parse_cpuinfo(data[:end].decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        try:
-            parse_cpuinfo_bytes(data, end)
-        except UnicodeDecodeError as got:
-            assert str(got) == str(exc)
-        else:
-            raise AssertionError("no UnicodeDecodeError")
-        return
-    block = parse_cpuinfo_bytes(data, end)
-    assert (block.fields, block.lines, block.arch, block.raw_flags) == (
-        expected.fields, expected.lines, expected.arch, expected.raw_flags)
 
 
 @fuzz(300)

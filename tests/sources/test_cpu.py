@@ -321,10 +321,10 @@ def test_x86_flag_names_and_what_has_none():
 
 
 def test_labelled_cpuid_flags_keeps_what_nfds_key_filter_keeps():
-    """The filter agrees with NFD's per-key ``keyFilter.unmask`` (``source/cpu/cpu.go``, as
-    shared/reference/nfd.md states it: a non-empty whitelist replaces the blacklist; exact
-    names) for the default blacklist, a custom one, a whitelist and names that only differ in
-    case or by a prefix; order kept, duplicates kept."""
+    """The filter agrees with NFD's per-key ``keyFilter.unmask`` (kubernetes-sigs/
+    node-feature-discovery 76e6cc8, ``source/cpu/cpu.go`` ``initCpuidFilter``: a non-empty
+    whitelist replaces the blacklist; exact names) for the default blacklist, a custom one, a
+    whitelist and names that only differ in case or by a prefix; order kept, duplicates kept."""
     def unmask(config, flag):
         if config.cpuid_attribute_whitelist:
             return flag in config.cpuid_attribute_whitelist
