@@ -30,11 +30,6 @@ def flat_key_to_label(flat: str) -> tuple[str, str] | None:
     return namespace, name
 
 
-def label_to_flat_key(namespace: str, name: str) -> str:
-    """Inverse of :func:`flat_key_to_label` (only for names without a dot)."""
-    return f"{namespace}.{name}"
-
-
 def _line_problem(text: str) -> str | None:
     if len(text) > MAX_LINE_CHARS:
         return f"line longer than {MAX_LINE_CHARS} characters"
