@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from kubernetes.client import ApiClient
 
@@ -43,6 +44,7 @@ from tests.conftest import LABELS_DIR
 from tests.runtime.configmap import write_configmap
 from tests.runtime.helpers import CORAL_DEVPATH, CoralHost, wait_for
 from tests.support.apiserver import KUBELET_ANNOTATIONS
+from tests.support.store import NotFound
 
 NODE = "edge-1"
 STARTUP_TAINT = {"key": "node-feature-agent.io/not-ready", "effect": "NoSchedule"}
@@ -89,7 +91,7 @@ class Harness:
         if host_cls is not None:  # a HostFS with hooks (sysfs changing under the scan)
             self.agent.discovery.host = host_cls(str(self.host.root))
 
-    def start(self, wait_ready: bool = True) -> "Harness":
+    def start(self, wait_ready: bool = True) -> Harness:
         self.agent.start()
         if wait_ready:
             wait_for(self.agent.ready.is_set, what="first reconcile")
@@ -121,7 +123,7 @@ class Harness:
     def converged(self, desired: DesiredNodeState) -> bool:
         try:
             node = self.server.node(NODE)
-        except Exception:
+        except NotFound:
             return False
         return not differences(node, desired)
 
@@ -207,7 +209,7 @@ class Ledger:
             self.start_rv = server.store.rv
             try:
                 self.initial: dict | None = server.node(node)
-            except Exception:  # not registered yet
+            except NotFound:  # not registered yet
                 self.initial = None
         self.test_rvs: set[int] = set()
         self._lock = threading.Lock()
@@ -305,17 +307,7 @@ def _write_violations(before: dict, after: dict, should_stay: Mapping[str, str],
                 out.append(f"rv {rv}: foreign {section[:-1]} {key} changed {old[key]!r} -> {new.get(key)!r}")
             elif key not in old and key not in owned_a:
                 out.append(f"rv {rv}: {section[:-1]} {key} added without an ownership record")
-    old_taints = {(t["key"], t.get("effect")): t.get("value", "") for t in (before["spec"].get("taints") or [])}
-    new_taints = {(t["key"], t.get("effect")): t.get("value", "") for t in (after["spec"].get("taints") or [])}
-    for ident in set(old_taints) | set(new_taints):
-        if ident in owned_before.taints:
-            continue
-        if ident in old_taints and ident not in new_taints and ident == (STARTUP_TAINT["key"], STARTUP_TAINT["effect"]):
-            continue  # the sanctioned startup-taint removal
-        if ident in old_taints and new_taints.get(ident) != old_taints[ident]:
-            out.append(f"rv {rv}: foreign taint {ident} changed {old_taints[ident]!r} -> {new_taints.get(ident)!r}")
-        elif ident not in old_taints and ident not in owned_after.taints:
-            out.append(f"rv {rv}: taint {ident} added without an ownership record")
+    out += _taint_violations(rv, before, after, owned_before.taints, owned_after.taints)
     old_cap = (before.get("status") or {}).get("capacity") or {}
     new_cap = (after.get("status") or {}).get("capacity") or {}
     for key in set(old_cap) | set(new_cap):
@@ -328,6 +320,24 @@ def _write_violations(before: dict, after: dict, should_stay: Mapping[str, str],
     for key in keep_resources:
         if key in old_cap and new_cap.get(key) != old_cap[key]:
             out.append(f"rv {rv}: owned resource {key} flapped {old_cap[key]!r} -> {new_cap.get(key)!r}")
+    return out
+
+
+def _taint_violations(rv: str, before: dict, after: dict, owned_before: Iterable[Any],
+                      owned_after: Iterable[Any]) -> list[str]:
+    """Foreign taints changed, and taints added without an ownership record."""
+    out: list[str] = []
+    old_taints = {(t["key"], t.get("effect")): t.get("value", "") for t in (before["spec"].get("taints") or [])}
+    new_taints = {(t["key"], t.get("effect")): t.get("value", "") for t in (after["spec"].get("taints") or [])}
+    for ident in set(old_taints) | set(new_taints):
+        if ident in owned_before:
+            continue
+        if ident in old_taints and ident not in new_taints and ident == (STARTUP_TAINT["key"], STARTUP_TAINT["effect"]):
+            continue  # the sanctioned startup-taint removal
+        if ident in old_taints and new_taints.get(ident) != old_taints[ident]:
+            out.append(f"rv {rv}: foreign taint {ident} changed {old_taints[ident]!r} -> {new_taints.get(ident)!r}")
+        elif ident not in old_taints and ident not in owned_after:
+            out.append(f"rv {rv}: taint {ident} added without an ownership record")
     return out
 
 

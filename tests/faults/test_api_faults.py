@@ -62,7 +62,7 @@ def test_watch_dropped_cleanly_and_abruptly(server, ledger, make_harness):
         # a change made while the agent is reconnecting is still seen: it continues from its version
         server.edit_node(NODE, lambda n: n["metadata"]["labels"].pop(EDGETPU_LABEL) and None)
         h.wait_converged(want, what=f"label restored after a {'n abrupt' if abrupt else ' clean'} drop")
-        wait_for(lambda: watcher.watches > watches, what="re-watch")
+        wait_for(lambda watches=watches: watcher.watches > watches, what="re-watch")
         assert watcher.lists == lists  # no relist needed
     ledger.assert_clean(want.labels, want.extended_resources)
     assert foreign_view(server.node(NODE)) == seeded_foreign()
@@ -74,8 +74,11 @@ def test_410_gone_relists_and_catches_the_missed_change(server, ledger, make_har
     watcher = h.agent.node_watcher
     lists = watcher.lists
     server.drop_watches(abrupt=True)
-    server.edit_node(NODE, lambda n: (n["metadata"]["labels"].pop(EDGETPU_LABEL),
-                                      n["status"]["capacity"].pop(EDGETPU_RESOURCE)) and None)
+    def remove_the_tpu(n: dict) -> None:
+        n["metadata"]["labels"].pop(EDGETPU_LABEL)
+        n["status"]["capacity"].pop(EDGETPU_RESOURCE)
+
+    server.edit_node(NODE, remove_the_tpu)
     server.expire_resource_versions()  # the version the agent would continue from is compacted
     h.wait_converged(want, what="missed change repaired after the relist")
     wait_for(lambda: watcher.lists > lists, what="relist after 410")

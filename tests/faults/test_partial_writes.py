@@ -14,8 +14,6 @@ production uses (``--retries`` 1: no retry inside a pass), and check that
 
 from __future__ import annotations
 
-import time
-
 from tests.faults.harness import NODE, foreign_view, seeded_foreign
 from tests.runtime.helpers import EDGETPU_LABEL, EDGETPU_RESOURCE, wait_for
 
@@ -100,7 +98,7 @@ def test_failure_before_any_write_is_not_partial(server, ledger, make_harness):
     server.faults.fail(503, count=2, verb="PATCH")
     h.plug()
     wait_for(lambda: _errors(h) >= errors + 2, what="two failed passes")
-    ready, reason = h.agent.is_ready()
+    _ready, reason = h.agent.is_ready()
     assert not reason.startswith("PartiallyApplied"), reason
     assert h.metric("nfa_node_partially_applied") == 0.0
     h.wait_converged(what="plug applied after the fault")

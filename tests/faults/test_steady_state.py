@@ -19,9 +19,7 @@ all get the single-threaded answer.
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import shutil
 import threading
 
@@ -31,7 +29,6 @@ from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.discovery_cache import DiscoveryCache
-from agent.sources import cpu
 from tests.conftest import FIXTURES
 from tests.faults.harness import NODE, STARTUP_TAINT
 from tests.runtime.helpers import wait_for
