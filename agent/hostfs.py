@@ -158,6 +158,10 @@ def _read(dirfd: int, name: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def _read_attr(dirfd: int, name: str) -> bytes:
+    return _read(dirfd, name, MAX_ATTR_BYTES)
+
+
 def _list(dirfd: int, name: str) -> list[str]:
     fd = os.open(name, _LIST, dir_fd=dirfd)
     try:
@@ -210,8 +214,7 @@ class HostFS:
         self._real: dict[str, str] = {}
 
     @property
-    def is_live(self) -> bool:
-        """True when the seam reads the real host ``/`` (live-only probes are allowed)."""
+    def is_live(self) -> bool:  # the real host "/": live-only probes are allowed
         return str(self.root) == "/"
 
     def __repr__(self) -> str:
@@ -219,8 +222,7 @@ class HostFS:
 
     # -- descriptors ------------------------------------------------------------------
     def clear_cache(self) -> None:
-        """Forget resolved paths and close the open directories; call before each discovery
-        pass (devices come and go)."""
+        """Forget resolved paths, close open directories: before each pass (devices come and go)."""
         with self._lock:
             self._real.clear()
             fds, self._dirs = list(self._dirs.values()), {}
@@ -275,8 +277,8 @@ class HostFS:
         """Walk ``path`` (relative to the real directory ``start``, or from the root when
         absolute): the real directory holding its last component, and that component (``.``
         when the path names a directory itself). Every component before the last is entered as
-        a directory; a link among them is read and its target walked in its place. ``OSError``
-        when a component is not there, not a directory or cannot be read, or links loop."""
+        a directory (:meth:`_enter`). ``OSError`` when a component is not there, not a
+        directory or cannot be read, or links loop."""
         pending = path.split("/")[::-1]  # pop() takes the next component
         current = "/" if path.startswith("/") else start
         while pending:
@@ -286,32 +288,34 @@ class HostFS:
                     current = current.rpartition("/")[0] or "/"
                 if not pending:
                     return current, "."
-                continue
-            if not pending:
+            elif not pending:
                 return current, name
-            child = _join(current, name)
-            if child in self._dirs:
-                current = child
-                continue
-            known = self._real.get(child)  # a link this pass followed to a directory
-            if known is not None:
-                current = known
-                continue
-            parent = self._dirfd(current)
-            try:
-                self._keep(child, os.open(name, _DIR, dir_fd=parent))
-            except OSError as exc:
-                target = self._follow(parent, current, name, hops) if exc.errno in (errno.ENOTDIR, errno.ELOOP) else None
-                if target is None:
-                    if exc.errno in _GONE:  # not there, or a file where a directory was needed
-                        rest = [p for p in itertools.takewhile(lambda p: p != "..", reversed(pending)) if p not in ("", ".")]
-                        raise _Missing(exc.errno, posixpath.join(child, *rest)) from exc
-                    raise
-                current = "/" if target.startswith("/") else current
-                pending.extend(target.split("/")[::-1])
-                continue
-            current = child
+            else:
+                current = self._enter(current, name, pending, hops)
         return current, "."
+
+    def _enter(self, current: str, name: str, pending: list[str], hops: list[int]) -> str:
+        """Where the walk goes on after the entry ``name`` of ``current``: the entry (opened, kept),
+        or for a link ``current`` (the root: absolute) with its target pushed onto ``pending``."""
+        child = _join(current, name)
+        if child in self._dirs:
+            return child
+        known = self._real.get(child)  # a link this pass followed to a directory
+        if known is not None:
+            return known
+        parent = self._dirfd(current)
+        try:
+            self._keep(child, os.open(name, _DIR, dir_fd=parent))
+            return child
+        except OSError as exc:
+            target = self._follow(parent, current, name, hops) if exc.errno in (errno.ENOTDIR, errno.ELOOP) else None
+            if target is None:
+                if exc.errno in _GONE:  # not there, or a file where a directory was needed
+                    rest = [p for p in itertools.takewhile(lambda p: p != "..", reversed(pending)) if p not in ("", ".")]
+                    raise _Missing(exc.errno, posixpath.join(child, *rest)) from exc
+                raise
+        pending.extend(target.split("/")[::-1])
+        return "/" if target.startswith("/") else current
 
     def _follow(self, dirfd: int, directory: str, name: str, hops: list[int]) -> str | None:
         """The target of the link ``name`` in ``directory`` (``None``: no link), counted
@@ -356,8 +360,7 @@ class HostFS:
         return error
 
     def _act(self, directory: str, name: str, act: Callable[[int, str], T], follow: bool) -> T:
-        """``act`` on ``name`` in ``directory``; where it meets a link and ``follow``, on the
-        link's target, walked inside the root."""
+        """``act`` on ``name`` in ``directory``; on a link, and ``follow``, on its target instead."""
         hops = [0]
         while True:
             dirfd = self._dirfd(directory)
@@ -494,6 +497,3 @@ class HostFS:
         target = self.readlink(host_path)
         return posixpath.basename(target.rstrip("/")) if target else None
 
-
-def _read_attr(dirfd: int, name: str) -> bytes:
-    return _read(dirfd, name, MAX_ATTR_BYTES)

@@ -150,30 +150,13 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
     """The parsed /proc/cpuinfo or, failing that, recorded/live facts."""
     block = CpuInfoBlock()
     try:
-        data = probe.host.read_bytes(CPUINFO, _CPUINFO_READ_LIMIT)
+        block = _parse_cpuinfo(probe, probe.host.read_bytes(CPUINFO, _CPUINFO_READ_LIMIT))
     except HostFileError as exc:
-        data = None
         if exc.missing:
             probe.error(CPUINFO, "missing")
         else:
             probe.failure(exc)
             probe.undetermined.update({"cpuid": (nfd_label(NAME, "cpuid.*"),), "model": (nfd_label(NAME, "model.*"),)})
-    if data is not None:
-        truncated = len(data) >= _CPUINFO_READ_LIMIT
-        end = len(data)
-        if truncated:  # a huge host: keep the complete blocks read
-            end = data.rfind(b"\n\n") if b"\n\n" in data.lstrip(b"\n") else 0
-        try:
-            if truncated and not end:
-                raise ValueError("first processor block is truncated or absurdly long")
-            if data.find(b"\x00", 0, end) >= 0:
-                raise ValueError("binary content (NUL byte)")
-            block = parse_cpuinfo(data[:end].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            probe.error(CPUINFO, f"not a cpuinfo text: {exc}")
-        else:
-            if not block.arch:
-                probe.error(CPUINFO, "no flags/Features line: unknown cpuinfo layout")
     if block.arch and (block.raw_flags or block.arch in _NO_FLAG_LINE):
         return block, CPUINFO
     try:
@@ -189,6 +172,27 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
     if where == "py-cpuinfo":
         probe.error(CPUINFO, "py-cpuinfo gave no CPU facts either")
     return block, CPUINFO
+
+
+def _parse_cpuinfo(probe: CpuProbe, data: bytes) -> CpuInfoBlock:
+    """cpuinfo's bytes as read; on a huge host the complete blocks read (an empty block and an
+    error when the text is not cpuinfo)."""
+    truncated = len(data) >= _CPUINFO_READ_LIMIT
+    end = len(data)
+    if truncated:  # a huge host: keep the complete blocks read
+        end = data.rfind(b"\n\n") if b"\n\n" in data.lstrip(b"\n") else 0
+    try:
+        if truncated and not end:
+            raise ValueError("first processor block is truncated or absurdly long")
+        if data.find(b"\x00", 0, end) >= 0:
+            raise ValueError("binary content (NUL byte)")
+        block = parse_cpuinfo(data[:end].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        probe.error(CPUINFO, f"not a cpuinfo text: {exc}")
+        return CpuInfoBlock()
+    if not block.arch:
+        probe.error(CPUINFO, "no flags/Features line: unknown cpuinfo layout")
+    return block
 
 
 def _ppc_hwcaps(probe: CpuProbe) -> tuple[frozenset[str], str]:

@@ -160,13 +160,8 @@ def discover(host: HostFS, config: Config = Config(), now: datetime | None = Non
     unread = False
     for name in names:
         path = posixpath.join(directory, name)
-        if name.startswith("."):
-            continue
         try:
-            if not host.is_file(path):
-                log.info("local: %s is not a regular file; skipped", path)
-                continue
-            text = _read_feature_file(host, path, errors)
+            text = _feature_file(host, path, errors) if not name.startswith(".") else None
         except HostFileError as exc:
             errors.append(SourceError(NAME, path, f"unreadable: {exc.reason}"))
             unread = True
@@ -183,19 +178,29 @@ def discover(host: HostFS, config: Config = Config(), now: datetime | None = Non
         for key, value in parsed.features.items():
             features[key] = value
             element_origins[key] = path
-    result_features: dict[str, Feature] = {}
-    if labels:
-        result_features["label"] = Feature(attributes=labels, origin=directory,
-                                           element_origins={k: label_origins[label_key(k)] for k in labels})
-    if features:
-        result_features["feature"] = Feature(attributes=features, origin=directory, element_origins=element_origins)
     node_labels = {label_key(k): v for k, v in labels.items()}
-    return SourceResult(NAME, result_features, node_labels, errors, label_origins, _UNDETERMINED if unread else {})
+    return SourceResult(NAME, _features(directory, labels, label_origins, features, element_origins), node_labels,
+                        errors, label_origins, _UNDETERMINED if unread else {})
 
 
-def _read_feature_file(host: HostFS, path: str, errors: list[SourceError]) -> str | None:
-    """The file's text; ``None`` (with an error) when it is unusable, or gone since it was
-    listed; ``HostFileError`` when it could not be read."""
+def _features(directory: str, labels: dict[str, str], label_origins: dict[str, str], features: dict[str, str],
+              element_origins: dict[str, str]) -> dict[str, Feature]:
+    """``local.label`` and ``local.feature``, each where the files gave any."""
+    found: dict[str, Feature] = {}
+    if labels:
+        found["label"] = Feature(attributes=labels, origin=directory,
+                                 element_origins={k: label_origins[label_key(k)] for k in labels})
+    if features:
+        found["feature"] = Feature(attributes=features, origin=directory, element_origins=element_origins)
+    return found
+
+
+def _feature_file(host: HostFS, path: str, errors: list[SourceError]) -> str | None:
+    """The feature file's text; ``None`` when it is no regular file (after links), unusable
+    (with an error) or gone since it was listed; ``HostFileError`` when it could not be read."""
+    if not host.is_file(path):
+        log.info("local: %s is not a regular file; skipped", path)
+        return None
     try:
         data = host.read_bytes(path, MAX_FEATURE_FILE_SIZE + 1)
     except HostFileError as exc:

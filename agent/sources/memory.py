@@ -99,15 +99,8 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         if enabled:
             label("swap", SWAPS)
 
-    instances = []
     with reader.deciding("nv", nfd_label(NAME, "nv.*")):
-        for name in reader.listdir(ND_DEVICES):
-            attrs = {"name": name}
-            for attr in ("devtype", "mode"):
-                value = reader.attr(posixpath.join(ND_DEVICES, name, attr))
-                if value is not None:
-                    attrs[attr] = value
-            instances.append(Instance(attrs, posixpath.join(ND_DEVICES, name)))
+        instances = _nvdimms(reader)
     if instances:
         features["nv"] = Feature(instances=instances, origin=ND_DEVICES)
         label("nv.present", ND_DEVICES)
@@ -128,6 +121,19 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         else:
             features["meminfo"] = Feature(attributes={"MemTotal": str(total)}, origin=MEMINFO)
     return SourceResult(NAME, features, labels, reader.errors, origins, reader.undetermined)
+
+
+def _nvdimms(reader: AttributeReader) -> list[Instance]:
+    """One instance per ``/sys/bus/nd/devices`` entry: its name, ``devtype`` and ``mode``."""
+    instances = []
+    for name in reader.listdir(ND_DEVICES):
+        attrs = {"name": name}
+        for attr in ("devtype", "mode"):
+            value = reader.attr(posixpath.join(ND_DEVICES, name, attr))
+            if value is not None:
+                attrs[attr] = value
+        instances.append(Instance(attrs, posixpath.join(ND_DEVICES, name)))
+    return instances
 
 
 def _hugepages(reader: AttributeReader) -> dict[str, str] | None:

@@ -53,24 +53,9 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             if reader.unread == looked:  # not there, rather than not looked at
                 reader.error(origin, f"block device {name} vanished during scan")
             continue
-        attrs = {"name": name}
-        # the queue's files below the resolved device directory (not the /sys/block link again);
-        # each failure reported as reading it alone would (same path, same words, same order)
-        values, failures = reader.attrs(f"{origin}/queue", QUEUE_ATTRIBUTES)
-        for attr in QUEUE_ATTRIBUTES:
-            failure = failures.get(attr)
-            if failure is not None:
-                reader.failure(failure, path=f"{entry}/queue/{attr}")
-                unsure = unsure or attr == "rotational"
-                continue
-            value = values.get(attr)
-            if value is not None:
-                attrs[attr] = value
-        rotational = attrs.get("rotational")
-        if rotational is not None and rotational not in ("0", "1"):
-            reader.error(f"{entry}/queue/rotational", f"not 0 or 1: {rotational[:40]!r}")
-            unsure = True
-        if rotational == "0" and NONROTATIONAL_LABEL not in labels:
+        attrs, sure = read_disk(reader, name, entry, origin)
+        unsure = unsure or not sure
+        if attrs.get("rotational") == "0" and NONROTATIONAL_LABEL not in labels:
             labels[NONROTATIONAL_LABEL] = "true"
             origins[NONROTATIONAL_LABEL] = f"{origin}/queue/rotational"
         instances.append(Instance(attrs, origin))
@@ -79,3 +64,26 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     if reader.unread or (unsure and NONROTATIONAL_LABEL not in labels):
         undetermined["block"] = (NONROTATIONAL_LABEL,) if NONROTATIONAL_LABEL not in labels else ()
     return SourceResult(NAME, features, labels, reader.errors, origins, undetermined)
+
+
+def read_disk(reader: AttributeReader, name: str, entry: str, origin: str) -> tuple[dict[str, str], bool]:
+    """The disk's attributes, and whether its ``rotational`` was read and is 0 or 1. The queue's
+    files are read below the resolved device directory (not through the /sys/block link
+    again); each failure is reported as reading it alone would (same path, words, order)."""
+    attrs = {"name": name}
+    sure = True
+    values, failures = reader.attrs(f"{origin}/queue", QUEUE_ATTRIBUTES)
+    for attr in QUEUE_ATTRIBUTES:
+        failure = failures.get(attr)
+        if failure is not None:
+            reader.failure(failure, path=f"{entry}/queue/{attr}")
+            sure = sure and attr != "rotational"
+            continue
+        value = values.get(attr)
+        if value is not None:
+            attrs[attr] = value
+    rotational = attrs.get("rotational")
+    if rotational is not None and rotational not in ("0", "1"):
+        reader.error(f"{entry}/queue/rotational", f"not 0 or 1: {rotational[:40]!r}")
+        sure = False
+    return attrs, sure

@@ -68,8 +68,28 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
-
     undetermined: dict[str, tuple[str, ...]] = {}
+
+    found = _os_release(host, errors, undetermined)
+    if found is not None:
+        release, path = found
+        features["osrelease"] = Feature(attributes=release, origin=path)
+        for key in LABELLED_KEYS:
+            if key in release:
+                labels[nfd_label(NAME, f"os_release.{key}")] = release[key]
+                origins[nfd_label(NAME, f"os_release.{key}")] = path
+    dmi = _dmi(host, errors, undetermined)
+    if dmi:
+        features["dmiid"] = Feature(attributes=dmi, origin=DMI_DIR)
+    node_name = config.node_name or os.environ.get("NODE_NAME", "")
+    features["name"] = Feature(attributes={"nodename": node_name}, origin="$NODE_NAME")
+    return SourceResult(NAME, features, labels, errors, origins, undetermined)
+
+
+def _os_release(host: HostFS, errors: list[SourceError], undetermined: dict[str, tuple[str, ...]]
+                ) -> tuple[dict[str, str], str] | None:
+    """The first os-release file that reads and parses, and its path; one that could not be
+    read leaves ``system.osrelease`` undetermined (it would have been the answer)."""
     for path in OS_RELEASE_PATHS:
         try:
             data = host.read_bytes(path, MAX_OS_RELEASE_BYTES + 1)
@@ -89,20 +109,16 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         except UnicodeDecodeError as exc:
             errors.append(SourceError(NAME, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
             continue
-        if not release:
-            errors.append(SourceError(NAME, path, "no KEY=value lines"))
-            continue
-        features["osrelease"] = Feature(attributes=release, origin=path)
-        undetermined.pop("osrelease", None)  # /etc/os-release failed, /usr/lib/os-release decided
-        for key in LABELLED_KEYS:
-            if key in release:
-                labels[nfd_label(NAME, f"os_release.{key}")] = release[key]
-                origins[nfd_label(NAME, f"os_release.{key}")] = path
-        break
+        if release:
+            return release, path
+        errors.append(SourceError(NAME, path, "no KEY=value lines"))
+    return None
 
+
+def _dmi(host: HostFS, errors: list[SourceError], undetermined: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """The DMI attributes read, each failure reported in this order as reading the file alone
+    would; one that could not be read leaves ``system.dmiid`` undetermined."""
     dmi: dict[str, str] = {}
-    # the sixteen files through one lookup of their directory (HostFS.read_attrs), each failure
-    # reported in this order as reading the file alone would
     values, failures = host.read_attrs(DMI_DIR, DMI_ATTRIBUTES)
     for attr in DMI_ATTRIBUTES:
         failure = failures.get(attr)
@@ -114,9 +130,4 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         value = values.get(attr)
         if value is not None:
             dmi[attr] = value
-    if dmi:
-        features["dmiid"] = Feature(attributes=dmi, origin=DMI_DIR)
-
-    node_name = config.node_name or os.environ.get("NODE_NAME", "")
-    features["name"] = Feature(attributes={"nodename": node_name}, origin="$NODE_NAME")
-    return SourceResult(NAME, features, labels, errors, origins, undetermined)
+    return dmi
