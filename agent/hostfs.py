@@ -129,7 +129,7 @@ def _join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory != "/" else f"/{name}"
 
 
-def _read(dirfd: int, name: str, limit: int) -> bytes:
+def _read(dirfd: int, name: str, limit: int = MAX_ATTR_BYTES) -> bytes:
     """The content of a regular file ``name`` in ``dirfd``, at most ``limit`` bytes.
 
     The one end-of-file rule: a file that states its size is complete at a read that is not a
@@ -143,23 +143,15 @@ def _read(dirfd: int, name: str, limit: int) -> bytes:
             if stat.S_ISDIR(status.st_mode):
                 raise _Refused(errno.EISDIR, os.strerror(errno.EISDIR))
             raise _Refused(errno.EINVAL, NOT_REGULAR)
-        chunks: list[bytes] = []
-        size = 0
-        while size < limit:
-            chunk = os.read(fd, limit - size)
-            if not chunk:
-                break
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(fd, limit - size)):
             chunks.append(chunk)
             size += len(chunk)
             if status.st_size and len(chunk) % _PAGE:
                 break
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return b"".join(chunks)  # one chunk: that very object
     finally:
         os.close(fd)
-
-
-def _read_attr(dirfd: int, name: str) -> bytes:
-    return _read(dirfd, name, MAX_ATTR_BYTES)
 
 
 def _list(dirfd: int, name: str) -> list[str]:
@@ -329,27 +321,42 @@ class HostFS:
         return target
 
     def _directory(self, norm: str) -> str:
-        """The real path of the directory ``norm`` (every link followed), cached for the pass."""
-        real = self._real.get(norm)
+        """The real path of the directory ``norm`` (every link followed), cached for the pass:
+        its parent's (so each directory is walked once), then its last component entered."""
+        real = self._real.get(norm) or (norm if norm in self._dirs or norm == "/" else None)
         if real is None:
-            real = self._locate(norm + "/.", "/", [0])[0]
+            parent, _, name = norm.rpartition("/")
+            real = self._locate(name + "/.", self._directory(parent or "/"), [0])[0]
             self._real[norm] = real
         return real
 
-    def _leaf(self, operation: str, host_path: str, locate: Callable[[], tuple[str, str]],
+    def _leaf(self, operation: str, host_path: str, where: tuple[str, str] | None,
               act: Callable[[int, str], T], follow: bool = True) -> T | None:
-        """The choke point of every operation: ``act(dirfd, name)`` on the entry ``locate()``
-        names (a real directory, an entry in it); ``None`` for a path that is not there, any
-        other error raised as :class:`HostFileError`; the recorder told the outcome once."""
+        """The choke point of every operation: ``act(dirfd, name)`` on the entry ``name`` of
+        the real directory (``where``, else the one holding ``host_path``); on a link, and
+        ``follow``, on its target instead. ``None`` for a path that is not there, any other
+        error raised as :class:`HostFileError`; the recorder told the outcome once."""
+        hops, result = [0], None
         try:
-            directory, name = locate()
-            result = self._act(directory, name, act, follow)
+            directory, name = where or self._split(host_path)
+            while True:
+                dirfd = self._dirfd(directory)
+                try:
+                    result = act(dirfd, name)
+                    break
+                except OSError as exc:
+                    if not follow or exc.errno not in (errno.ELOOP, errno.ENOTDIR) or isinstance(exc, _Refused):
+                        raise
+                    target = self._follow(dirfd, directory, name, hops)
+                    if target is None:  # no link: the entry is there but not what was asked for
+                        raise _Refused(exc.errno, exc.strerror) from exc
+                    directory, name = self._locate(target, directory, hops)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte os.open refuses
             if isinstance(exc, OSError) and (exc.errno not in _GONE or isinstance(exc, _Refused)):
                 raise self._failed(operation, host_path, exc) from exc
-            self._note(operation, host_path, None)
-            return None
-        self._note(operation, host_path, result if isinstance(result, (bytes, list)) else None)
+            result = None
+        if self._recorder is not None:
+            self._recorder(operation, host_path, result if isinstance(result, (bytes, list)) else None)
         return result
 
     def _failed(self, operation: str, host_path: str, exc: OSError) -> HostFileError:
@@ -359,21 +366,6 @@ class HostFS:
         self._note(operation, host_path, error)
         return error
 
-    def _act(self, directory: str, name: str, act: Callable[[int, str], T], follow: bool) -> T:
-        """``act`` on ``name`` in ``directory``; on a link, and ``follow``, on its target instead."""
-        hops = [0]
-        while True:
-            dirfd = self._dirfd(directory)
-            try:
-                return act(dirfd, name)
-            except OSError as exc:
-                if not follow or exc.errno not in (errno.ELOOP, errno.ENOTDIR) or isinstance(exc, _Refused):
-                    raise
-                target = self._follow(dirfd, directory, name, hops)
-                if target is None:  # no link: the entry is there but not what was asked for
-                    raise _Refused(exc.errno, exc.strerror) from exc
-                directory, name = self._locate(target, directory, hops)
-
     def _split(self, host_path: str) -> tuple[str, str]:
         """The real directory holding ``host_path`` (cached for the pass) and its last name."""
         parent, _, name = _normalise(host_path).rpartition("/")
@@ -381,7 +373,7 @@ class HostFS:
 
     def _at(self, operation: str, host_path: str, act: Callable[[int, str], T], follow: bool = True) -> T | None:
         with self._lock:
-            return self._leaf(operation, host_path, lambda: self._split(host_path), act, follow)
+            return self._leaf(operation, host_path, None, act, follow)
 
     def _note(self, operation: str, host_path: str, outcome: Outcome) -> None:
         if self._recorder is not None:
@@ -395,7 +387,10 @@ class HostFS:
         with self._lock:
             hops = [0]
             try:
-                directory, name = self._locate(_normalise(host_path), "/", hops)
+                try:
+                    directory, name = self._split(host_path)
+                except _Missing:  # walked whole, so that the missing path says all of the rest
+                    directory, name = self._locate(_normalise(host_path), "/", hops)
                 while name != ".":
                     try:
                         target = self._follow(self._dirfd(directory), directory, name, hops)
@@ -428,7 +423,7 @@ class HostFS:
 
     def read_attr(self, host_path: str) -> str | None:
         """A sysfs-style one-value attribute, whitespace-stripped; ``None`` when it is absent."""
-        data = self._at("read", host_path, _read_attr)
+        data = self._at("read", host_path, _read)
         return None if data is None else _text(host_path, data).strip()
 
     def read_attrs(self, directory: str, names: Iterable[str]
@@ -449,9 +444,9 @@ class HostFS:
                 path = f"{base}/{name}"
                 try:
                     if real is not None and _plain(name):
-                        data = self._leaf("read", path, lambda: (real, name), _read_attr)  # noqa: B023 - called at once
+                        data = self._leaf("read", path, (real, name), _read)
                     else:
-                        data = self._at("read", path, _read_attr)
+                        data = self._at("read", path, _read)
                     values[name] = None if data is None else _text(path, data).strip()
                 except HostFileError as exc:
                     failures[name] = exc

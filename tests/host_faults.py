@@ -22,7 +22,7 @@ def fail_reads(monkeypatch: pytest.MonkeyPatch, root: Path, failing: Mapping[str
     errors = {real_root + plain.resolve(path): code for path, code in failing.items()}
     read = hostfs_module._read
 
-    def failing_read(dirfd: int, name: str, limit: int) -> bytes:
+    def failing_read(dirfd: int, name: str, limit: int = hostfs_module.MAX_ATTR_BYTES) -> bytes:
         code = errors.get(os.readlink(f"/proc/self/fd/{dirfd}") + "/" + name)
         if code is not None:
             raise OSError(code, os.strerror(code))

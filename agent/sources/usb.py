@@ -77,16 +77,16 @@ def read_device(reader: AttributeReader, name: str) -> list[Instance]:
     """The instances one USB device yields (none, with an error, if its IDs are bad).
 
     The device directory is listed once: which optional files to read, and its interface
-    directories. Files are read through the bus link (errors name ``/sys/bus/usb/devices/..``),
-    instances name the resolved directory."""
+    directories. Files are read in the resolved directory (instances name it), errors name
+    them below the bus link (``/sys/bus/usb/devices/..``), as NFD's glob finds them."""
     entry = f"{DEVICES}/{name}"
-    present = reader.listdir(entry)
-    if "idProduct" not in present:
-        return []  # an interface, or a device that vanished before we looked
     device_dir = reader.resolve(entry)
     if device_dir is None:
         return []
-    values, failures = reader.attrs(entry, [f for f in _DEVICE_FILES if f in present])
+    present = reader.listdir(device_dir)
+    if "idProduct" not in present:
+        return []  # an interface, or a device that vanished before we looked
+    values, failures = reader.attrs(device_dir, [f for f in _DEVICE_FILES if f in present])
     attrs = _attributes(reader, name, entry, values, failures)
     if attrs is None:
         return []
@@ -114,7 +114,7 @@ def _attributes(reader: AttributeReader, name: str, entry: str, values: Mapping[
     def read(file: str) -> str | None:
         failure = failures.get(file)
         if failure is not None:
-            reader.failure(failure)
+            reader.failure(failure, path=f"{entry}/{file}")
             return None
         return values.get(file)
 

@@ -265,10 +265,11 @@ def test_unplugged_device_leaves_a_dangling_link(tmp_path):
 
 def test_unplugged_between_glob_and_read(tmp_path):
     root_hubs(tmp_path)
-    devdir = tmp_path / coral_before_firmware(tmp_path).lstrip("/")
+    device = coral_before_firmware(tmp_path)
+    devdir = tmp_path / device.lstrip("/")
 
-    def unplug(operation: str, host_path: str, outcome: object) -> None:
-        if host_path == "/sys/bus/usb/devices/1-2/idVendor" and devdir.exists():
+    def unplug(operation: str, host_path: str, outcome: object) -> None:  # the first ID file read: gone
+        if host_path == f"{device}/idVendor" and devdir.exists():
             shutil.rmtree(devdir)
 
     result = usb.discover(HostFS(tmp_path, recorder=unplug))
