@@ -135,8 +135,8 @@ class EventRecorder:
     def deferred(self) -> Iterator[None]:
         """Hold this thread's Events until the (outermost) block ends, then post them as one
         (``aggregate``). A pass's two writes (labels, then status.capacity) must go out back to
-        back: on a slow API server an Event POST between them kept the Node half-written for the
-        whole POST (seen in bench/soak.py). Nested blocks join the outer one, so the run loop
+        back: on a slow API server an Event POST between them would keep the Node half-written
+        for the whole POST. Nested blocks join the outer one, so the run loop
         can hold a whole pass (discovery's Warnings included) around the Reconciler's own."""
         if getattr(self._local, "held", None) is not None:
             yield

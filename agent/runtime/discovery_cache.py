@@ -36,8 +36,8 @@ def release_free_heap() -> None:
 
     A pass on a big host allocates and frees tens of thousands of small strings and
     descriptors' worth of bookkeeping; glibc keeps the freed pages in the process, which on a
-    DaemonSet that sits idle between passes is resident memory for nothing (about 1 MiB on
-    ``dgx-usb-lab``, bench/memory.py).  Not glibc (musl, other platforms): nothing to do."""
+    DaemonSet that sits idle between passes is resident memory for nothing (``bench/memory.py``
+    measures the agent's RSS).  Not glibc (musl, other platforms): nothing to do."""
     global _malloc_trim
     if _malloc_trim is None:
         _malloc_trim = False
