@@ -1,8 +1,11 @@
 """Reconciler: keep this node's labels, annotations, taints and extended resources in step
 with the desired state, touching only what the agent owns (recorded on the Node itself).
 
-Modules: ``ownership`` (the record), ``diff`` (pure plan), ``node_api`` (typed API calls),
-``backoff`` (retry timing), ``events`` (Events on the Node), ``reconciler`` (the loop).
+Modules: ``ownership`` (the record) and ``claims`` (checking and rebuilding it), ``diff``
+(pure plan), ``node_api`` (typed API calls), ``backoff`` (retry timing), ``rejections``
+(items the server refused), ``contest`` (keys another writer keeps changing back),
+``events`` (Events on the Node) and ``notices`` (what is logged and recorded),
+``reconciler`` (the loop).
 """
 
 from agent.reconcile.backoff import Backoff, BackoffSettings

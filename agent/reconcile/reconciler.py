@@ -32,9 +32,9 @@ from agent.reconcile.claims import (
     parts_to_rebuild,
     unattributed_labels,
 )
-from agent.reconcile.contest import Contests, ContestSettings, Revert
+from agent.reconcile.contest import Contests, ContestSettings
 from agent.reconcile.diff import plan_node_changes
-from agent.reconcile.model import Change, ItemRef, LiveNode, NodePlan, wanted_items
+from agent.reconcile.model import ItemRef, LiveNode, NodePlan, wanted_items
 from agent.reconcile.node_api import (
     Conflict,
     Forbidden,
@@ -45,6 +45,7 @@ from agent.reconcile.node_api import (
     Transient,
     call_with_retries,
 )
+from agent.reconcile.notices import Notices, readable
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
 from agent.reconcile.ownership import Ownership, parse_ownership
 from agent.reconcile.rejections import RefusedItems, rejected_items
@@ -67,13 +68,6 @@ def node_as_dict(live_node: Any) -> dict[str, Any]:
 
 def _empty_plan(_labels: Mapping[str, str]) -> DesiredNodeState:
     return DesiredNodeState()
-
-
-def _readable(changes: Iterable[Change]) -> list[str]:
-    """Change strings for people; the ownership record is mentioned only when it is all there is."""
-    changes = list(changes)
-    visible = [c for c in changes if c.kind != "record"]
-    return [str(c) for c in (visible or changes)]
 
 
 def _failure_text(err: NodeApiError, node_name: str, attempts: int) -> str:
@@ -129,17 +123,16 @@ class Reconciler:
         self.api = api
         self.node_name = node_name
         self.claims = claims
-        self._claim_reports: set[str] = set()
         self.startup_taints = frozenset(t.identity if isinstance(t, Taint) else (t[0], t[1]) for t in startup_taints)
         self.backoff = Backoff(backoff, clock=clock, random=random)
         self.events = ev.EventRecorder(api, node_name, enabled=emit_events)
+        self.notices = Notices(self.events, node_name)
         self._sleep = sleep
         self.max_attempts, self.max_writes, self.max_conflicts = max_attempts, max_writes, max_conflicts
         self._node_uid = ""
         self._startup_done_uid = ""
         self._refused = RefusedItems()
         self._contests = Contests(contests, clock)
-        self._reported: set[tuple[str, str, str, str]] = set()
         self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
         self._cached_plan: PlanFunction | None = None
         self._partial: tuple[str, ...] = ()
@@ -197,7 +190,7 @@ class Reconciler:
         ownership = self._ownership(live, desired, problems, announce=False)
         node_plan = plan_node_changes(live, desired, skip=self._skip(desired), ownership=ownership)
         problems = problems + list(node_plan.refused) + [c.as_problem() for c in node_plan.clashes]
-        return ReconcileOutcome(changed=not node_plan.empty, writes=0, applied=tuple(_readable(node_plan.changes)),
+        return ReconcileOutcome(changed=not node_plan.empty, writes=0, applied=tuple(readable(node_plan.changes)),
                                 problems=tuple(problems), node_uid=live.uid, resource_version=live.resource_version,
                                 desired=desired)
 
@@ -238,7 +231,9 @@ class Reconciler:
         self._contests.observe(live, run.desired)
         ownership = self._ownership(live, run.desired, run.problems, announce=True)
         node_plan = self._plan_changes(live, run, ownership)
-        if not run.cleaning and self._contested(live, self._contests.reverts(node_plan.changes)):
+        reverts = [] if run.cleaning else self._contests.reverts(node_plan.changes)
+        self.notices.reverts(live.uid, reverts)
+        if any(r.given_up or r.delay > 0 for r in reverts):
             node_plan = self._plan_changes(live, run, ownership)  # without the rewrites that wait
         if node_plan.empty and self._startup_taints_due(live, run):
             run.remove_startup = True
@@ -292,7 +287,7 @@ class Reconciler:
         run.writes += 1
         changes = node_plan.status_changes if use_status else node_plan.metadata_changes
         self._contests.written(changes)
-        self._announce(live.uid, changes, use_status, run)
+        run.applied.extend(self.notices.written(live.uid, changes, status=use_status, cleaning=run.cleaning))
         return answer
 
     def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
@@ -351,17 +346,8 @@ class Reconciler:
             problem = Problem("reconcile", "ownership record", f"entry not attributable to this agent, ignored: {entry}")
             if problem not in problems:
                 problems.append(problem)
-        if announce and checked.rejected:
-            text = "ownership record entries ignored (the agent could not have produced them): " + "; ".join(checked.rejected)
-            if text not in self._claim_reports:
-                self._claim_reports.add(text)
-                log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "ownership-rejected"})
-                self.events.record(live.uid, ev.REASON_RECORD_REJECTED, ev.summarize([text]), warning=True)
-        if announce and checked.adopted:
-            text = (f"ownership record ({', '.join(sorted(checked.rebuilt))}) missing or damaged; rebuilt from "
-                    "items already on the node: " + ", ".join(checked.adopted))
-            log.warning("node %s: %s", self.node_name, text, extra={"node": self.node_name, "event": "ownership-rebuilt"})
-            self.events.record(live.uid, ev.REASON_RECORD_REBUILT, ev.summarize([text]), warning=True)
+        if announce:
+            self.notices.claims(live.uid, checked)
         return checked.ownership
 
     def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
@@ -377,19 +363,6 @@ class Reconciler:
         another writer keeps changing back (``contest``)."""
         return self._refused.skip(wanted_items(desired)) | self._contests.skip()
 
-    def _contested(self, live: LiveNode, reverts: list[Revert]) -> bool:
-        """Log each revert; a contest given up also gets its Warning Event. True when some
-        rewrite now waits (the plan must be made again without it)."""
-        for revert in reverts:
-            extra = {"node": self.node_name, "event": "contested" if revert.given_up else "reverted",
-                     "change": f"{revert.kind} {revert.key}"}
-            if revert.given_up:
-                log.warning("node %s: %s", self.node_name, revert, extra=extra)
-                self.events.record(live.uid, ev.REASON_CONTESTED, str(revert), warning=True)
-            else:
-                log.info("node %s: %s", self.node_name, revert, extra=extra)
-        return any(r.given_up or r.delay > 0 for r in reverts)
-
     def _blame(self, err: Invalid, node_plan: NodePlan, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
         refs = rejected_items(err.causes, err.message,
                               metadata_patch=None if use_status else node_plan.metadata_patch,
@@ -397,53 +370,22 @@ class Reconciler:
                               our_taints=[f"{t.key}:{t.effect}" for t in desired.taints])
         reason = "; ".join(c.message for c in err.causes) or err.message
         refs = self._refused.add(refs, wanted_items(desired), reason)
-        if not refs:
-            log.warning("node %s: the API server rejected our patch and named no item we sent (%s); re-reading",
-                        self.node_name, err.message, extra={"node": self.node_name, "event": "rejected"})
-        for ref in sorted(refs):
-            text = f"{ref[0]} {ref[1]} rejected by the API server, skipped: {reason}"
-            log.warning("node %s: %s", self.node_name, text,
-                        extra={"node": self.node_name, "event": "rejected", "change": f"{ref[0]} {ref[1]}"})
-            self.events.record(self._node_uid, ev.REASON_REJECTED, text, warning=True)
+        self.notices.rejected(self._node_uid, refs, reason, err.message)
         return refs
 
     def _report(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> None:
         """Clashes and refusals: into the outcome every time, into the log/Events once."""
-        current = set()
         for clash in node_plan.clashes:
-            key = (clash.kind, clash.key, clash.wanted, clash.found)
-            current.add(key)
             run.note(clash.as_problem())
-            if key not in self._reported:
-                self._reported.add(key)
-                log.warning("node %s: %s", self.node_name, clash,
-                            extra={"node": self.node_name, "event": "clash", "change": f"{clash.kind} {clash.key}"})
-                self.events.record(live.uid, ev.REASON_CLASH, str(clash), warning=True)
-        self._reported &= current  # a clash that went away and comes back is reported again
+        self.notices.clashes(live.uid, node_plan.clashes)
         for problem in node_plan.refused:
             if problem not in run.problems:
                 run.problems.append(problem)
-                log.warning("node %s: not sent: %s", self.node_name, problem, extra={"node": self.node_name, "event": "refused"})
-
-    def _announce(self, uid: str, changes: Iterable[Change], status: bool, run: _Pass) -> None:
-        changes = tuple(changes)
-        lines = _readable(changes)
-        for line in lines:
-            log.info("node %s: %s", self.node_name, line, extra={"node": self.node_name, "event": "applied", "change": line})
-        run.applied.extend(lines)
-        if run.cleaning:
-            reason = ev.REASON_CLEANED
-        elif status:
-            reason = ev.REASON_RESTORED if any(c.action == "restore" for c in changes) else ev.REASON_RESOURCES
-        else:
-            reason = ev.REASON_LABELS
-        self.events.record(uid, reason, ev.summarize(lines))
+                self.notices.not_sent(problem)
 
     def _notice_uid(self, live: LiveNode) -> None:
         if self._node_uid and live.uid and live.uid != self._node_uid:
-            log.warning("node %s was deleted and recreated (uid %s -> %s); re-applying everything",
-                        self.node_name, self._node_uid, live.uid, extra={"node": self.node_name, "event": "node-recreated"})
-            self._reported.clear()
+            self.notices.node_recreated(self._node_uid, live.uid)
             self._contests.forget()
         if live.uid:
             self._node_uid = live.uid
