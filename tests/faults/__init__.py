@@ -23,11 +23,17 @@ watch dropped (clean and abrupt)       test_api_faults::test_watch_dropped_clean
 node deleted and recreated (new uid)   test_node_faults::test_node_deleted_and_recreated_gets_everything_again_on_the_new_uid  runtime/test_agent_e2e::test_not_ready_until_the_node_registers
 owned label deleted by someone else    test_node_faults::test_owned_label_deleted_by_someone_else_is_restored_and_their_edit_kept  runtime/test_agent_e2e::test_a_deleted_owned_label_and_resource_are_restored
 SIGTERM during a patch (process)       test_node_faults::test_sigterm_during_a_patch_exits_0_and_leaves_whole_writes_only  runtime/test_run_subprocess::test_sigterm_during_a_slow_write_still_exits_zero
+owned label reverted after each write  test_node_faults::test_a_label_another_writer_reverts_is_rewritten_with_backoff_then_left_alone  reconcile/test_contest (hand clock); bench/contest.py
+one ownership annotation lost/garbage  test_node_faults::test_one_part_of_the_ownership_record_deleted_or_damaged_is_rebuilt  reconcile/test_claims_e2e::test_a_missing_or_damaged_record_is_rebuilt_and_removal_works_again
+kubelet restart (in place, renamed,    test_kubelet_restarts::test_every_resource_registers_again_after_kubelet_restarts  deviceplugin/test_plugins::test_reregisters_after_kubelet_restart_and_serves_a_fresh_socket
+ directory emptied)
 label dir replaced by an invalid one   test_host_faults::test_label_dir_replaced_by_an_invalid_one_keeps_the_last_good_rules  runtime/test_agent_e2e::test_a_rule_edit_propagates_and_a_broken_edit_keeps_the_last_good_rules
 sysfs devices vanishing mid-scan       test_host_faults::test_sysfs_devices_vanishing_mid_scan  fuzz/ (whole-host chaos)
 =====================================  ====================================================  =========================
 
-The narrower tests check one component or the final state only; the cases here add the
+The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
+the kubelet restarts run on the edge-ai host with the kubelet stand-in (``tests/deviceplugin``)
+and check registration, not Node writes. The narrower tests check one component or the final state only; the cases here add the
 whole loop, the foreign seed and the per-write ledger. Backoffs are shrunk (50-200 ms) so the
 whole matrix runs in well under a minute; the 5 s slow responses and the 1 s Retry-After are
 real waits.
