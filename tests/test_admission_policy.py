@@ -113,9 +113,9 @@ def _record_agent_writes() -> list[tuple[dict, dict]]:
         labelled = pairs[-1][1]
         # clean: the agent removes everything it owns
         from agent.reconcile import Reconciler
-        from agent.runtime.light_core import light_node_api
+        from agent.reconcile.node_api import NodeApi
 
-        Reconciler(light_node_api(server.client_configuration()), NODE, emit_events=False).clean()
+        Reconciler(NodeApi.from_configuration(server.client_configuration()), NODE, emit_events=False).clean()
         wait_for(lambda: len(ledger.agent_writes()) > len(pairs), what="clean wrote")
         return ledger.agent_writes() + [(labelled, labelled)]
 

@@ -9,8 +9,8 @@ import pytest
 
 from agent.cli import build_parser, main
 from agent.commands.run import settings_from_args
+from agent.reconcile.node_api import NodeApi
 from agent.runtime.agent import Agent
-from agent.runtime.light_core import light_node_api
 from tests.conftest import FIXTURES
 from tests.runtime.helpers import EDGETPU_LABEL, EDGETPU_RESOURCE, has_edgetpu, wait_for
 from tests.support.apiserver import FakeApiServer
@@ -60,7 +60,7 @@ def test_run_honours_a_denied_namespace(server):
                                       "--metrics-port=off", "--no-events", "--startup-jitter=0"])
     settings = settings_from_args(args)
     assert settings.rule_options.deny_label_ns == ("accelerators",)
-    agent = Agent(settings, light_node_api(server.client_configuration())).start()
+    agent = Agent(settings, NodeApi.from_configuration(server.client_configuration())).start()
     try:
         wait_for(agent.ready.is_set, what="first reconcile")
         node = server.node(NODE)

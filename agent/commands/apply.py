@@ -66,11 +66,10 @@ def connect(args: argparse.Namespace) -> NodeApi:
     name, ``ConfigurationError`` (exit 2, one line) when the configuration cannot be loaded.
 
     ``apply``, ``clean`` and ``run`` all use the light CoreV1 subset
-    (``agent.runtime.light_core``): the generated ``CoreV1Api`` costs ~0.9 s of import and 250
+    (``agent.reconcile.light_core``): the generated ``CoreV1Api`` costs ~0.9 s of import and 250
     generated models, and the image ships without the generated APIs and models
     (Dockerfile)."""
-    from agent.reconcile.node_api import load_configuration
-    from agent.runtime.light_core import light_node_api
+    from agent.reconcile.node_api import NodeApi, load_configuration
 
     if not args.node_name:
         print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
@@ -78,7 +77,7 @@ def connect(args: argparse.Namespace) -> NodeApi:
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         raise ConfigurationError(f"--kubeconfig {args.kubeconfig!r} is not a file")
     try:
-        return light_node_api(load_configuration(args.kubeconfig or None))
+        return NodeApi.from_configuration(load_configuration(args.kubeconfig or None))
     except Exception as exc:  # any failure to read the client configuration is a configuration error
         where = args.kubeconfig or "in-cluster service account"
         reason = " ".join(str(exc).split()) or type(exc).__name__

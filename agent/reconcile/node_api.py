@@ -1,4 +1,4 @@
-"""Thin wrapper over ``kubernetes.client.CoreV1Api`` for the calls the reconciler makes.
+"""The calls the agent makes on its own Node, over ``LightCoreV1Api`` (``light_core``).
 
 Responses come back as plain JSON dicts (exactly what the server sent, so the diff compares
 real values, e.g. canonical quantities). Every failure is turned into one typed
@@ -25,9 +25,11 @@ from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s_client
+from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from agent.reconcile.backoff import Backoff, parse_retry_after
+from agent.reconcile.light_core import LightCoreV1Api
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +126,10 @@ def classify(operation: str, exc: BaseException) -> NodeApiError:
         status = int(exc.status or 0)
         body = _status_body(exc.body)
         message = str(body.get("message") or exc.reason or "")
-        details = body.get("details") if isinstance(body.get("details"), dict) else {}
+        details = body.get("details")
+        listed = details.get("causes") if isinstance(details, dict) else None
         causes = [StatusCause(str(c.get("reason", "")), str(c.get("message", "")), str(c.get("field", "")))
-                  for c in (details.get("causes") or []) if isinstance(c, dict)]
+                  for c in (listed if isinstance(listed, list) else []) if isinstance(c, dict)]
         retry_after = parse_retry_after(_header(exc.headers, "Retry-After"))
         kind: type[NodeApiError]
         if status == 429:
@@ -148,10 +151,11 @@ def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
     from kubernetes import config as k8s_config
 
     configuration = k8s_client.Configuration()
+    # kubernetes.config carries no annotations (the generated client does)
     if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.retries = False
     return configuration
 
@@ -159,19 +163,15 @@ def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
 class NodeApi:
     """The handful of calls the agent makes on its own Node, returning JSON dicts."""
 
-    def __init__(self, core: k8s_client.CoreV1Api, *, request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> None:
+    def __init__(self, core: LightCoreV1Api, *, request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> None:
         self.core = core
         self.request_timeout = request_timeout
 
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None, *, request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> NodeApi:
-        """A ``NodeApi`` on the generated ``CoreV1Api``, configured by :func:`load_configuration`."""
-        return cls.from_configuration(load_configuration(kubeconfig), request_timeout=request_timeout)
-
-    @classmethod
     def from_configuration(cls, configuration: k8s_client.Configuration, *,
                            request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> NodeApi:
-        return cls(k8s_client.CoreV1Api(k8s_client.ApiClient(configuration)), request_timeout=request_timeout)
+        """A ``NodeApi`` on a fresh ``ApiClient`` for ``configuration`` (:func:`load_configuration`)."""
+        return cls(LightCoreV1Api(ApiClient(configuration)), request_timeout=request_timeout)
 
     def _json(self, operation: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:

@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from agent.reconcile import BackoffSettings
+from agent.reconcile.node_api import NodeApi
 from agent.runtime.agent import Agent, Settings
 from agent.runtime.event_sources import SocketSource
-from agent.runtime.light_core import light_node_api
 from agent.runtime.uevent import encode_kernel_uevent
 from tests.conftest import FIXTURES, LABELS_DIR
 from tests.deviceplugin.kubelet_standin import KubeletStandIn
@@ -36,7 +36,7 @@ class Harness:
                             metrics_port=None, debounce=0.05, debounce_max=0.5, watch_timeout=30,
                             backoff=BackoffSettings(initial=0.05, maximum=0.2), watch_rules=False,
                             device_plugin=device_plugin, device_plugin_dir=socket_dir)
-        self.agent = Agent(settings, light_node_api(server.client_configuration()), event_source=SocketSource(receiver))
+        self.agent = Agent(settings, NodeApi.from_configuration(server.client_configuration()), event_source=SocketSource(receiver))
 
     def start(self):
         self.agent.start()

@@ -35,10 +35,10 @@ from agent.desired import OWNERSHIP_ANNOTATIONS, DesiredNodeState, Taint
 from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
 from agent.reconcile import BackoffSettings, NodeApi
+from agent.reconcile.light_core import LightCoreV1Api
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.agent import Agent, Settings
 from agent.runtime.event_sources import SocketSource
-from agent.runtime.light_core import LightCoreV1Api
 from agent.runtime.uevent import encode_kernel_uevent
 from tests.conftest import LABELS_DIR
 from tests.runtime.configmap import write_configmap

@@ -15,7 +15,6 @@ from agent.desired import Taint
 from agent.reconcile import BackoffSettings, NodeApi
 from agent.runtime.agent import Agent, Settings
 from agent.runtime.event_sources import SocketSource
-from agent.runtime.light_core import light_node_api
 from agent.runtime.uevent import encode_kernel_uevent
 from tests.conftest import LABELS_DIR
 from tests.runtime.configmap import write_configmap
@@ -30,7 +29,7 @@ EXTRA_FILE = {EXTRA: "feature.node.kubernetes.io/usb-ff_18d1_9302.present\n"}
 
 
 class Harness:
-    def __init__(self, tmp_path, server, light=True, **overrides):
+    def __init__(self, tmp_path, server, **overrides):
         self.server = server
         self.host = CoralHost(tmp_path)
         self.rules = tmp_path / "rules"
@@ -43,7 +42,7 @@ class Harness:
         source = None if overrides.get("udev_mode") else SocketSource(receiver)
         if source is None:
             receiver.close()
-        api = light_node_api(server.client_configuration()) if light else NodeApi.from_configuration(server.client_configuration())
+        api = NodeApi.from_configuration(server.client_configuration())
         self.agent = Agent(settings, api, event_source=source)
 
     def start(self):
@@ -207,7 +206,7 @@ def test_no_event_source_falls_back_to_polling(tmp_path, server):
 
 def test_api_outage_is_retried_and_stop_is_prompt(tmp_path, server):
     server.faults.fail(503, count=4, verb="PATCH")
-    h = Harness(tmp_path, server, light=False, retries=2)  # the generated CoreV1Api works as well
+    h = Harness(tmp_path, server, retries=2)
     try:
         h.agent.start()
         wait_for(h.agent.ready.is_set, what="ready after the outage")

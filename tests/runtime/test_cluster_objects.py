@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from agent.reconcile import BackoffSettings
+from agent.reconcile.node_api import NodeApi
 from agent.runtime import cluster_watch
 from agent.runtime.agent import Agent, Settings
-from agent.runtime.light_core import light_node_api
 from tests.conftest import FIXTURES, LABELS_DIR
 from tests.runtime.helpers import wait_for
 from tests.support.apiserver import FakeApiServer
@@ -55,7 +55,7 @@ def start_agent(server: FakeApiServer, rules_dir: Path, tmp_path: Path) -> Agent
     settings = Settings(node_name=NODE, rules_dirs=[str(rules_dir)], host_root=str(FIXTURES / "intel-server"),
                         metrics_port=None, udev_mode="off", watch_timeout=30, rules_from_cluster=True,
                         backoff=BackoffSettings(initial=0.05, maximum=0.2))
-    api = light_node_api(server.client_configuration())  # type: ignore[no-untyped-call]
+    api = NodeApi.from_configuration(server.client_configuration())
     agent = Agent(settings, api).start()
     wait_for(agent.ready.is_set, what="first reconcile")
     return agent

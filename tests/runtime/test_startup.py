@@ -9,9 +9,9 @@ import pytest
 
 from agent.desired import Taint
 from agent.reconcile import BackoffSettings
+from agent.reconcile.node_api import NodeApi
 from agent.runtime import queue as q
 from agent.runtime.agent import Agent, Settings
-from agent.runtime.light_core import light_node_api
 from tests.conftest import LABELS_DIR
 from tests.runtime.helpers import CoralHost, has_edgetpu, wait_for
 from tests.support.apiserver import FakeApiServer
@@ -42,7 +42,7 @@ def make_agent(tmp_path, server, rng=None, **overrides):
     settings = Settings(node_name=NODE, rules_dirs=[str(LABELS_DIR)], host_root=str(host.root), metrics_port=None,
                         udev_mode="off", watch_rules=False, watch_timeout=30, backoff=SLOW_BACKOFF,
                         startup_taints=(Taint.parse("node-feature-agent.io/not-ready:NoSchedule"),), **overrides)
-    return Agent(settings, light_node_api(server.client_configuration()), rng=rng)
+    return Agent(settings, NodeApi.from_configuration(server.client_configuration()), rng=rng)
 
 
 def test_a_node_registering_after_the_agent_started_is_labelled_at_once(tmp_path, server):

@@ -533,7 +533,7 @@ class FakeApiServer:
 
     def client_configuration(self) -> Any:  # a kubernetes.client.Configuration
         """A client Configuration for this server, with urllib3 retries off (as
-        ``NodeApi.from_config`` does) so request counts are exact."""
+        ``load_configuration`` does) so request counts are exact."""
         from kubernetes import client
 
         configuration = client.Configuration()

@@ -6,8 +6,8 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from agent.reconcile.light_core import LightCoreV1Api
 from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled, load_configuration
-from agent.runtime.light_core import LightCoreV1Api, light_node_api
 from tests.support.apiserver import FakeApiServer
 
 RAW = {"_preload_content": False, "_request_timeout": (5, 10)}
@@ -67,7 +67,7 @@ def test_errors_raise_api_exception_with_status_body_and_headers(server):
 
 
 def test_node_api_on_the_light_client(server, tmp_path):
-    api = light_node_api(load_configuration(str(server.kubeconfig(tmp_path / "kc"))))
+    api = NodeApi.from_configuration(load_configuration(str(server.kubeconfig(tmp_path / "kc"))))
     assert isinstance(api, NodeApi)
     node = api.get_node("n1")
     assert node["metadata"]["labels"]["a"] == "1"

@@ -9,7 +9,7 @@ generated methods build (``ApiClient.param_serialize``: same auth, headers, user
 query encoding, TLS and proxy settings from the same ``Configuration``) and sends them with
 ``ApiClient.call_api`` (the same urllib3 pool), and keeps the generated methods' contract for
 ``_preload_content=False``: the raw urllib3 response on 2xx, ``ApiException`` otherwise.
-Method names and keyword arguments match ``CoreV1Api``, so ``NodeApi`` works with either.
+Method names and keyword arguments match ``CoreV1Api``'s.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class LightCoreV1Api:
             collection_formats={})
         response = self.api_client.call_api(*request, _request_timeout=_request_timeout)
         if not 200 <= response.status <= 299:
-            response.read()
+            response.read()  # type: ignore[no-untyped-call]
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
 
@@ -99,9 +99,3 @@ class LightCoreV1Api:
         return self._call("POST", "/api/v1/namespaces/{namespace}/pods/{name}/eviction",
                           {"namespace": namespace, "name": name}, body=body, **kw)
 
-
-def light_node_api(configuration):
-    """A ``NodeApi`` on ``LightCoreV1Api``."""
-    from agent.reconcile.node_api import NodeApi
-
-    return NodeApi(LightCoreV1Api(ApiClient(configuration)))
