@@ -29,6 +29,9 @@ kubelet restart (in place, renamed,    test_kubelet_restarts::test_every_resourc
  directory emptied)
 label dir replaced by an invalid one   test_host_faults::test_label_dir_replaced_by_an_invalid_one_keeps_the_last_good_rules  runtime/test_agent_e2e::test_a_rule_edit_propagates_and_a_broken_edit_keeps_the_last_good_rules
 sysfs devices vanishing mid-scan       test_host_faults::test_sysfs_devices_vanishing_mid_scan  fuzz/ (whole-host chaos)
+device file unreadable (EISDIR, FIFO)  test_unreadable_host::test_run_keeps_the_coral_while_it_cannot_be_read  test_unreadable_host::test_apply_keeps_the_coral_while_its_vendor_file_cannot_be_read
+out of descriptors (EMFILE)            test_unreadable_host::test_apply_out_of_descriptors_leaves_the_node_as_it_is  test_misuse_matrix::test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was
+idle-client flood on the metrics port  test_misuse_matrix::test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent
 =====================================  ====================================================  =========================
 
 The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
