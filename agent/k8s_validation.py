@@ -1,9 +1,10 @@
 """Kubernetes' own validation rules for what the agent may send, so nothing invalid is sent.
 
-Ported from apimachinery ``IsQualifiedName``, ``IsValidLabelValue``, ``IsDNS1123Subdomain``,
-``IsExtendedResourceName`` and core ``validateNodeTaints`` (see
-``shared/reference/kubernetes-api.md`` section 1).  Each check returns a list of reasons; an
-empty list means valid.
+Ported from Kubernetes: apimachinery ``IsQualifiedName``, ``IsValidLabelValue``,
+``IsDNS1123Subdomain`` (``staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go``),
+``IsExtendedResourceName`` (``pkg/apis/core/helper/helpers.go``) and ``validateNodeTaints``
+(``pkg/apis/core/validation/validation.go``).  Each check returns a list of reasons; an empty
+list means valid.
 """
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ def test_every_write_the_real_agent_makes_is_admitted():
 
 
 def test_the_policy_judges_metadata_on_the_status_subresource_too():
-    """/status applies metadata (kubernetes-api.md 2.1), so ``nodes/status`` patch alone could
+    """/status applies metadata (``nodeStatusStrategy`` resets only ``spec``: kubernetes
+    ``pkg/registry/core/node/strategy.go``), so ``nodes/status`` patch alone could
     edit any label: the policy matches ``nodes/status`` with the same rules. Admitted: our
     record trimmed with the resource it names; denied: kubelet's annotation or label."""
     assert "nodes/status" in POLICY["spec"]["matchConstraints"]["resourceRules"][0]["resources"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import subprocess
 
 import pytest
 
@@ -132,3 +133,35 @@ def test_image_default_rules_dir_is_where_the_dockerfile_copies_labels():
     dockerfile = (REPO / "Dockerfile").read_text()
     assert f"COPY labels/ {IMAGE_RULES_DIR}/" in dockerfile
     assert f"NODE_FEATURE_AGENT_RULES={IMAGE_RULES_DIR}" in dockerfile
+
+
+#: A citation of the team's private notes (a ``shared/`` reference or seed file, or one of
+#: the notes by its bare file name) rather than of the upstream source. A file name that is
+#: part of a longer path (an upstream repository's ``docs/.../x.md``) is not one.
+PRIVATE_CITATION = re.compile(
+    rb"shared/(?:reference|seeds)\b|(?<![\w/.-])(?:kubernetes-api|nfd|placement|seeds|style)\.md\b")
+
+
+def tracked_files() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    return [name for name in listed.decode().split("\0") if name]
+
+
+def test_no_tracked_file_cites_private_notes():
+    """A reader of the repository has the upstream sources, not the notes the team worked from:
+    code, tests, docs, fixtures and bench output cite the former."""
+    files = tracked_files()
+    assert "tests/test_docs.py" in files
+    citing = [f"{name}: {match.group().decode()}" for name in files if (REPO / name).is_file()
+              for match in [PRIVATE_CITATION.search((REPO / name).read_bytes())] if match]
+    assert citing == []
+
+
+def test_private_citation_pattern_can_fail():
+    # The names are split so that this file does not cite them itself.
+    cited = ["see shared/" + "reference/kubernetes-api.md", "(shared/" + "seeds/x)",
+             "nfd" + ".md section 4", "kubernetes-api" + ".md 2.1", "`placement" + ".md`"]
+    legitimate = ["docs/usage/nfd" + ".md", "shared/" + "references", "the seeds of a hash",
+                  "placement.py", "style" + ".mdx", "a_style" + ".md"]
+    assert [bool(PRIVATE_CITATION.search(s.encode())) for s in cited] == [True] * len(cited)
+    assert [bool(PRIVATE_CITATION.search(s.encode())) for s in legitimate] == [False] * len(legitimate)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from agent.desired import Problem
 from agent.device_claims import DeviceDeclaration
 
-#: The 13 operators of the NodeFeatureRule CRD (``nfd.md`` section 4).
+#: The 13 operators of the NodeFeatureRule CRD: ``MatchOp`` in NFD's ``api/nfd/v1alpha1/types.go``
+#: (node-feature-discovery 76e6cc8c), the enum of ``deployment/base/nfd-crds/nfd-api-crds.yaml``.
 OPERATORS = (
     "In", "NotIn", "InRegexp", "Exists", "DoesNotExist",
     "Gt", "Ge", "Lt", "Le", "GtLt", "GeLe", "IsTrue", "IsFalse",

@@ -1,4 +1,5 @@
-"""Every NodeFeatureRule operator, with the edge cases nfd.md section 4 lists."""
+"""Every NodeFeatureRule operator, with its edge cases as NFD's
+``pkg/apis/nfd/nodefeaturerule/expression.go`` decides them (node-feature-discovery 76e6cc8c)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ Real HTTP on 127.0.0.1 (random port), plain ``http``, optional bearer-token chec
 discovery, ``nodes`` (GET/LIST/WATCH/POST/PUT/PATCH/DELETE), ``nodes/status`` (GET/PUT/PATCH),
 ``pods`` (LIST/GET/DELETE, eviction), and ``events`` (core v1 and events.k8s.io/v1).
 
-Behaviour a node agent depends on, as the real server does it (see
-shared/reference/kubernetes-api.md): one cluster-wide monotonically increasing
+Behaviour a node agent depends on, as the real server does it (each behaviour's upstream source
+is in tests/support/README.md): one cluster-wide monotonically increasing
 resourceVersion; ``metadata.resourceVersion`` in a PATCH/PUT body is a precondition (409);
 a no-op write keeps the version and emits no event; the main resource ignores ``status``
 and ``/status`` ignores ``spec``; validation failures are 422 Status bodies with field

@@ -3,7 +3,9 @@
 Independent of ``agent/k8s_validation.py`` on purpose: the agent's own checks are what is
 under test. Rules and wording follow apimachinery (``IsQualifiedName``, ``IsValidLabelValue``,
 ``ValidateAnnotations``) and core validation (``validateNodeTaints``,
-``ValidateNodeResources``); see shared/reference/kubernetes-api.md section 1.
+``ValidateNodeResources``): ``staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go``,
+``staging/src/k8s.io/apimachinery/pkg/api/validation/objectmeta.go`` and
+``pkg/apis/core/validation/validation.go`` in kubernetes/kubernetes.
 
 Each failure is a ``Cause`` (reason, message, field) exactly as it appears in a Status
 ``details.causes`` entry; ``status.invalid`` turns a list of them into the 422 body.

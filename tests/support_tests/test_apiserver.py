@@ -278,8 +278,8 @@ def test_status_subresource_and_kubelet_allocatable_copy(api, core):
 
 def test_status_json_patch_applies_metadata_with_the_capacity_atomically(api, core):
     """``nodeStatusStrategy.PrepareForUpdate`` sets ``newNode.Spec = oldNode.Spec`` and its
-    ``GetResetFields`` lists only ``spec`` (kubernetes pkg/registry/core/node/strategy.go;
-    kubernetes-api.md 2.1): metadata in a /status write is applied, as ``ValidateNodeUpdate``
+    ``GetResetFields`` lists only ``spec`` (kubernetes pkg/registry/core/node/strategy.go):
+    metadata in a /status write is applied, as ``ValidateNodeUpdate``
     checks it. The agent relies on this to trim its ownership record in the same JSON patch
     that removes the resource; a patch whose one op fails changes nothing (RFC 6902 5)."""
     record = "/metadata/annotations/node-feature-agent.io~1owned-extended-resources"
