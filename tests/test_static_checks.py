@@ -1,5 +1,7 @@
 """The type and lint gates: `mypy` (strict for agent/ and tests/support/) and `ruff check` (the whole repository),
-both configured in pyproject.toml, report nothing. Each gate is also shown to fail on a
+both configured in pyproject.toml, report nothing, and `lizard` finds no function over cyclomatic
+complexity 15 in the host seam, the sources, the runtime and the reconciler (lizard counts each
+`and`/`or`, which ruff's C901 does not). Each gate is also shown to fail on a
 planted error, so a configuration that checks nothing cannot pass for a clean one."""
 
 from __future__ import annotations
@@ -40,3 +42,20 @@ def test_ruff_checks_the_package() -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "agent/planted.py:1:8: F401" in done.stdout
     assert "agent/planted.py:4:13: B006" in done.stdout
+
+
+COMPLEXITY_BOUND = 15
+COMPLEXITY_SCOPE = ("agent/hostfs.py", "agent/sources", "agent/runtime", "agent/reconcile")
+
+
+def test_no_function_in_the_seam_sources_runtime_or_reconciler_is_over_complexity_15() -> None:
+    done = run("lizard", "--CCN", str(COMPLEXITY_BOUND), "--warnings_only", *COMPLEXITY_SCOPE)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def test_lizard_reports_a_function_over_the_bound(tmp_path) -> None:
+    conditions = "\n".join(f"    if value == {i} or value == -{i}:\n        return {i}" for i in range(8))
+    planted = tmp_path / "planted.py"
+    planted.write_text(f"def branchy(value):\n{conditions}\n    return 0\n")
+    done = run("lizard", "--CCN", str(COMPLEXITY_BOUND), "--warnings_only", str(planted))
+    assert done.returncode == 1 and "branchy has" in done.stdout and "17 CCN" in done.stdout, done.stdout + done.stderr

@@ -83,6 +83,14 @@ class DeviceService:
             self.watcher.stop(timeout=0.0)  # a daemon thread; it ends within its 250 ms step
         self.plugins.stop(timeout)
 
+    def _note_waiting(self, waiting: frozenset[str]) -> None:
+        """Say once which resources wait for the agent's own capacity entry to go (a plugin
+        and a patched capacity would count the same devices twice)."""
+        if waiting != self._waiting and waiting:
+            log.info("device plugin for %s waits until the agent's own capacity entry is removed",
+                     ", ".join(sorted(waiting)), extra={"node": self.node_name, "event": "device-plugin-handoff"})
+        self._waiting = waiting
+
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
         """This pass's devices to the plugins (in memory; never waits on kubelet)."""
         from agent.deviceplugin.resolve import resolve_claims
@@ -90,11 +98,7 @@ class DeviceService:
         if node is None:
             return
         owned = parse_ownership((node.get("metadata") or {}).get("annotations") or {}).resources
-        waiting = frozenset(n for n in desired.device_claims if n in owned)
-        if waiting != self._waiting and waiting:
-            log.info("device plugin for %s waits until the agent's own capacity entry is removed",
-                     ", ".join(sorted(waiting)), extra={"node": self.node_name, "event": "device-plugin-handoff"})
-        self._waiting = waiting
+        self._note_waiting(frozenset(n for n in desired.device_claims if n in owned))
         # a resource an undetermined feature decides keeps the devices last published (none yet:
         # not served until a read decides), as its label and count are kept (agent.rules.held)
         held = {n for n in desired.device_claims if n in desired.held_resources}
