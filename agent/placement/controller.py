@@ -231,6 +231,9 @@ class Controller:
         except ApiException as exc:
             self._refused(pod, exc, plain_on_refusal)
             return
+        # the watch delivers this write later: until then a second look at the pod (queued
+        # again meanwhile) must see it released, not send the same PATCH on a stale version
+        self.informer.remember(f"{namespace}/{name}", written)
         created = created_at(written)
         if created is not None:
             self.metrics.gate_seconds.observe(max(0.0, self._wall() - created))

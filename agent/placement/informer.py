@@ -48,7 +48,8 @@ class PodInformer:
             return self._pods.get(key)
 
     def remember(self, key: str, pod: Json) -> None:
-        """A pod read directly (after a write conflict): newer than the watch has delivered."""
+        """A pod read or written directly (after a write conflict; our own PATCH's answer):
+        newer than the watch has delivered."""
         with self._lock:
             if key in self._pods:
                 self._pods[key] = pod

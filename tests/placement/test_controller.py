@@ -123,6 +123,21 @@ def test_taint_mode_tolerates_exactly_the_allowed_architectures(server: FakeApiS
     assert feasible_nodes(pod, tainted) == ["amd64", "amd64-v3", "arm64", "arm64-aarch32"]
 
 
+def test_a_second_look_before_the_watch_catches_up_sends_no_second_patch(
+        server: FakeApiServer, registry: RegistryProcess) -> None:
+    """A key queued twice (the LIST, the watch's ADDED, a new leader's sweep) is looked at again
+    before the watch delivers our own write: the controller's cache must already show the pod
+    released. Here no watch runs at all, so the second look always comes first."""
+    gated_pod(server, "apps", "twice", [image(registry, "amd64")])
+    placement = InProcess(server, registry.host, FAST)  # not started: no informer thread, no workers
+    placement.controller.informer._list()
+    placement.controller.process("apps/twice")
+    placement.controller.process("apps/twice")
+    patches = [r for r in server.requests if r.method == "PATCH" and r.path.endswith("/pods/twice")]
+    assert [r.status for r in patches] == [200]
+    assert not server.pod("apps", "twice")["spec"].get("schedulingGates")
+
+
 def test_a_conflicting_write_is_decided_again_on_the_fresh_pod(server: FakeApiServer, registry: RegistryProcess) -> None:
     gated_pod(server, "apps", "busy", [image(registry, "amd64")])
     server.faults.fail(409, count=1, verb="PATCH", path="/pods/busy")
