@@ -16,10 +16,10 @@ How the baseline (the floor) is built, printed with the figures too:
 3. Discovery and the floor run alternately in this process, ``--runs`` times each, and the
    same again per source (each source's own operation list), so both see the same cache and
    machine state; every other run the floor goes first, so neither always finds the other's
-   warm caches.  The process holds what the agent's holds (the modules ``run`` imports, the
-   start-up heap frozen as ``run`` freezes it), so a pass pays the agent's garbage
-   collections.  ``discover / floor`` is the price of our Python on top of the I/O the sources
-   chose to do (target: <= 2.5x and <= 60 ms a pass on dgx-usb-lab).
+   warm caches.  The process holds what the agent's holds (the modules ``run`` imports), so a
+   pass pays the agent's garbage collections.  ``discover / floor`` is the price of our Python
+   on top of the I/O the sources chose to do (target: <= 2.5x and <= 60 ms a pass on
+   dgx-usb-lab).
 
 Alongside: the syscalls discovery really issued for that pass (counted by wrapping the ``os``
 calls of ``agent.hostfs``), so redundant work (a second read per file, a stat before every
@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 import kubernetes.client  # noqa: E402,F401
 
-import agent.cli  # noqa: E402  (what `node-feature-agent run` imports: see as_the_agent_process)
+import agent.cli  # noqa: E402  (what `node-feature-agent run` imports, so a pass pays the agent's collections)
 import agent.commands.run  # noqa: E402
 import agent.hostfs as hostfs_module  # noqa: E402
 import agent.runtime.agent  # noqa: E402,F401
@@ -199,16 +199,6 @@ def cli_seconds(root: Path, runs: int) -> tuple[float, float]:
     return statistics.median(whole), statistics.median(bare)
 
 
-def as_the_agent_process() -> int:
-    """This process's heap as the agent's is when it runs discovery: the modules ``run`` imports
-    (the kubernetes client's ~48,000 objects among them, imported above) in place, and the
-    start-up heap frozen as ``run`` freezes it (``agent.runtime.heap.freeze_startup_heap``), so
-    the collector's work in a pass is what it is in the agent.  Returns the objects frozen."""
-    from agent.runtime.heap import freeze_startup_heap
-
-    return freeze_startup_heap()
-
-
 def summary(samples: list[float]) -> tuple[float, float]:
     median = statistics.median(samples)
     p90 = statistics.quantiles(samples, n=10)[-1] if len(samples) >= 10 else max(samples)
@@ -230,7 +220,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root) if args.root else REPO / "fixtures" / "sysfs" / args.case
     config = DiscoveryConfig(node_name="bench-node")
-    frozen = as_the_agent_process()
 
     ops = record(root, config)  # also warms imports and the page cache
     plan = floor_plan(root, ops)
@@ -268,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
           "distinct parent directory opened once and leaves looked up relative to it (open+read+close, "
           "open+getdents, readlinkat, fstatat), interleaved with discovery in this process (every other run the "
           "floor goes first)")
-    print(f"process: as the agent's (what `run` imports, the kubernetes client included; start-up heap frozen as "
-          f"`run` freezes it: {frozen} objects), so a pass's garbage collections are the agent's")
+    print("process: as the agent's (what `run` imports, the kubernetes client included), so a pass's garbage "
+          "collections are the agent's")
     print(f"operations per pass: {len(ops)} ({len({(k, p) for k, p, _ in ops})} distinct): "
           + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
     print(f"syscalls discovery issued for them: {sum(syscalls.values())}: "

@@ -133,7 +133,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run(args: argparse.Namespace) -> int:
     from agent.commands.apply import connect
     from agent.runtime.agent import Agent
-    from agent.runtime.heap import freeze_startup_heap, limit_malloc_arenas
+    from agent.runtime.heap import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts (agent.runtime.heap)
     settings = settings_from_args(args)
@@ -148,8 +148,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             agent = Agent(settings, api)
-            frozen = freeze_startup_heap()  # what start-up made, out of every full collection's way
-            log.info("start-up heap frozen: %d objects", frozen, extra={"event": "heap-frozen"})
             agent.start()
         except OSError as exc:  # metrics port in use, inject socket path unusable
             print(f"error: cannot start the agent: {exc}", file=sys.stderr)

@@ -1,5 +1,4 @@
-"""The agent process's heap: one glibc malloc arena (``mallopt(M_ARENA_MAX, 1)``), and the
-start-up heap frozen out of the cyclic collector's reach (``gc.freeze``).
+"""The agent process's heap: one glibc malloc arena (``mallopt(M_ARENA_MAX, 1)``).
 
 One arena: glibc gives each thread that allocates its own arena (up to 8 per core), and freed
 memory in one arena is not reused by another: the agent's threads (worker, Node watch, hotplug
@@ -11,8 +10,6 @@ Not glibc (musl, other platforms): nothing to do.
 """
 
 from __future__ import annotations
-
-import gc
 
 M_ARENA_MAX = -8
 """glibc ``malloc.h``: ``#define M_ARENA_MAX -8``."""
@@ -29,18 +26,3 @@ def limit_malloc_arenas(arenas: int = 1) -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     return bool(mallopt(M_ARENA_MAX, arenas) == 1)  # ctypes answers an untyped int
 
-
-def freeze_startup_heap() -> int:
-    """Collect once, then move every object start-up made into the collector's permanent
-    generation (``gc.freeze``); the number of objects frozen.
-
-    Why: the ``kubernetes`` client's import leaves ~48,000 objects that live as long as the
-    process, and every full collection scanned all of them again (15 ms each in the agent
-    process; on dgx-usb-lab nine full collections every 100 passes, 1.6 ms of collection per
-    pass in all, against 0.2 ms once they are frozen: bench/README.md).  Frozen objects are
-    still freed by reference counting; only a reference cycle among them would outlive its
-    use, which is why the collection runs first.  Call it once, after start-up's imports and
-    before the agent's threads start."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()

@@ -107,11 +107,6 @@ def test_agent_process_hotplug_metrics_and_sigterm(tmp_path, server):
         records = agent.logs()
         assert any(r.get("event") == "stopped" for r in records)
         assert all(r.get("node") == NODE for r in records if r.get("event") == "reconcile")
-        events = [r.get("event") for r in records]
-        # start-up's heap (the kubernetes client's import) frozen before the agent's threads start
-        assert "heap-frozen" in events and events.index("heap-frozen") < events.index("started")
-        frozen = next(r for r in records if r.get("event") == "heap-frozen")
-        assert int(frozen["msg"].split(": ")[1].split()[0]) > 20000
         assert not os.path.exists(agent.socket_path)
     finally:
         agent.close()
