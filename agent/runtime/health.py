@@ -11,19 +11,21 @@ most 64), so discovery always has the rest; a request head must arrive whole wit
 ``REQUEST_TIMEOUT`` seconds and at most ``MAX_REQUEST_HEAD`` bytes, and a response must be taken
 within ``WRITE_TIMEOUT``. At the cap, a new connection closes the oldest one still sending its
 request, so idle or half-sent clients cannot keep a kubelet probe out; one that finds every
-slot answering is closed at once. One asyncio loop in one thread serves every connection (the
-standard library's streams: no thread per client); each answer is ``Connection: close``.
+slot answering is closed at once. One thread serves every connection over non-blocking sockets
+(the standard library's ``selectors``, which the process loads anyway: no thread per client, and
+no ``asyncio``, whose import alone holds 1.5 MiB); each answer is ``Connection: close``.
 Port 0 binds an ephemeral port (tests); ``port`` reports the one bound.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import resource
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,18 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Client:
+    """One connection: the request head as it arrives, then the answer left to send."""
+
+    __slots__ = ("deadline", "head", "out", "peer", "sock")
+
+    def __init__(self, sock: socket.socket, peer: object) -> None:
+        self.sock, self.peer = sock, peer
+        self.head = b""
+        self.out: memoryview | None = None  # None while the request is read
+        self.deadline = time.monotonic() + REQUEST_TIMEOUT
+
+
 class HealthServer:
     def __init__(self, port: int, render_metrics: Callable[[], bytes], healthy: Check, ready: Check,
                  host: str = "", max_connections: int | None = None) -> None:
@@ -90,9 +104,9 @@ class HealthServer:
         self.max_connections = max_connections or connection_cap()
         self._sock = _listen(host, port)
         self._port: int = self._sock.getsockname()[1]
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._open: dict[asyncio.StreamWriter, bool] = {}  # oldest first; True while its request is read
+        self._selector = selectors.DefaultSelector()
+        self._wake, self._waker = socket.socketpair()  # a byte on it ends the loop
+        self._open: dict[socket.socket, _Client] = {}  # oldest first
         self._thread = threading.Thread(target=self._serve, name="metrics-http", daemon=True)
 
     @property
@@ -111,56 +125,88 @@ class HealthServer:
 
     def stop(self, timeout: float = 2.0) -> None:
         if self._thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
-                self._loop.call_soon_threadsafe(self._request_stop)
+            self._waker.send(b"x")
             self._thread.join(timeout)
-        self._sock.close()
-
-    def _request_stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        for sock in (self._sock, self._wake, self._waker):
+            sock.close()
+        self._selector.close()
 
     # -- the loop's thread ----------------------------------------------------------------
     def _serve(self) -> None:
-        try:
-            self._loop.run_until_complete(self._main())
-        finally:
-            self._loop.close()
+        self._selector.register(self._sock, selectors.EVENT_READ)
+        self._selector.register(self._wake, selectors.EVENT_READ)
+        while True:
+            deadline = min((c.deadline for c in self._open.values()), default=None)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for key, _events in self._selector.select(timeout):
+                if key.fileobj is self._wake:
+                    for client in list(self._open.values()):
+                        self._close(client)
+                    return
+                if key.fileobj is self._sock:
+                    self._accept()
+                else:
+                    self._step(key.data)
+            now = time.monotonic()
+            for client in [c for c in self._open.values() if c.deadline <= now]:
+                log.debug("http: client %s: timed out", client.peer)
+                self._close(client)
 
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._client, sock=self._sock, limit=MAX_REQUEST_HEAD, backlog=BACKLOG)
-        async with server:
-            await self._stop.wait()
-            for writer in list(self._open):
-                writer.transport.abort()
+    def _accept(self) -> None:
+        for _ in range(BACKLOG):
+            try:
+                sock, peer = self._sock.accept()
+            except (BlockingIOError, ConnectionAbortedError):
+                return
+            except OSError as err:  # out of descriptors: the socket stays readable, so wait, never spin
+                log.debug("http: accept: %s", err)
+                time.sleep(0.1)
+                return
+            sock.setblocking(False)
+            if self._admit():
+                self._open[sock] = _Client(sock, peer)
+                self._selector.register(sock, selectors.EVENT_READ, self._open[sock])
+            else:
+                sock.close()
 
-    def _admit(self, writer: asyncio.StreamWriter) -> bool:
+    def _admit(self) -> bool:
         """Make room for a new connection; False when every slot is busy answering."""
         if len(self._open) >= self.max_connections:
-            oldest = next((w for w, reading in self._open.items() if reading), None)
+            oldest = next((c for c in self._open.values() if c.out is None), None)
             if oldest is None:
                 return False
-            oldest.transport.abort()
-            del self._open[oldest]
-        self._open[writer] = True
+            self._close(oldest)
         return True
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self._admit(writer):
-            writer.transport.abort()
+    def _step(self, client: _Client) -> None:
+        """Read what the client sent, or send it what is left of the answer."""
+        if client.sock not in self._open:  # closed earlier in this wake-up (evicted)
             return
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
-            if writer in self._open:
-                self._open[writer] = False
-            writer.write(self._answer(head))
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as err:
-            log.debug("http: client %s: %s", writer.get_extra_info("peername"), type(err).__name__)
-        finally:
-            self._open.pop(writer, None)
-            writer.close()
+            if client.out is None:
+                chunk = client.sock.recv(MAX_REQUEST_HEAD)
+                head, end, _ = (client.head + chunk).partition(b"\r\n\r\n")
+                if not chunk or len(head) + len(end) > MAX_REQUEST_HEAD:
+                    raise ConnectionError("request head incomplete or too long")
+                client.head = head
+                if end:
+                    client.out = memoryview(self._answer(head))
+                    client.deadline = time.monotonic() + WRITE_TIMEOUT
+                    self._selector.modify(client.sock, selectors.EVENT_WRITE, client)
+                return
+            client.out = client.out[client.sock.send(client.out):]
+            if client.out:
+                return
+        except BlockingIOError:
+            return
+        except OSError as err:
+            log.debug("http: client %s: %s", client.peer, type(err).__name__)
+        self._close(client)
+
+    def _close(self, client: _Client) -> None:
+        del self._open[client.sock]
+        self._selector.unregister(client.sock)
+        client.sock.close()
 
     def _answer(self, head: bytes) -> bytes:
         method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")

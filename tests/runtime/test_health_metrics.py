@@ -142,3 +142,65 @@ def test_a_client_reset_mid_request_leaves_no_traceback(capfd):
     finally:
         server.stop()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _half_sent(port):
+    import socket
+
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn.sendall(b"GET /healthz HTTP/1.0\r\nX-Slow: ")
+    return conn
+
+
+def _closed_by_server(conn) -> bool:
+    """Whether the server closed ``conn`` without an answer (EOF or reset, no bytes)."""
+    try:
+        return conn.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _wait(condition, what):
+    import time
+
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_at_the_cap_a_new_client_closes_the_oldest_one_still_sending():
+    server = HealthServer(0, lambda: b"m\n", lambda: (True, ""), lambda: (True, ""), host="127.0.0.1",
+                          max_connections=2).start()
+    try:
+        first, second = _half_sent(server.port), None
+        _wait(lambda: server.open_connections() == 1, "the first client is not held")
+        second = _half_sent(server.port)
+        _wait(lambda: server.open_connections() == 2, "the second client is not held")
+        third = _half_sent(server.port)
+        assert _closed_by_server(first)  # the oldest half-sent request made room
+        _wait(lambda: server.open_connections() == 2, "the cap is not held")
+        assert fetch(server.port, "/healthz") == (200, "ok\n")  # a probe gets in: it closes `second`
+        assert _closed_by_server(second)
+        third.close()
+    finally:
+        server.stop()
+
+
+def test_a_request_head_over_8_KiB_or_too_slow_is_closed_unanswered(monkeypatch):
+    import socket
+
+    from agent.runtime import health
+
+    monkeypatch.setattr(health, "REQUEST_TIMEOUT", 0.2)
+    server = HealthServer(0, lambda: b"m\n", lambda: (True, ""), lambda: (True, ""), host="127.0.0.1").start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as long_head:
+            long_head.sendall(b"GET /healthz HTTP/1.0\r\nX-Long: " + b"x" * health.MAX_REQUEST_HEAD)
+            assert _closed_by_server(long_head)
+        with _half_sent(server.port) as slow:
+            assert _closed_by_server(slow)  # after REQUEST_TIMEOUT, with no answer
+        _wait(lambda: server.open_connections() == 0, "a closed client is still counted")
+        assert fetch(server.port, "/healthz") == (200, "ok\n")
+    finally:
+        server.stop()
