@@ -19,7 +19,6 @@ exactly. ``difflib`` (standard library) picks the closest name.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Mapping
 
 from agent.desired import Problem
@@ -55,6 +54,8 @@ def _terms(rule: Rule) -> Iterator[FeatureTerm]:
 
 
 def _closest(name: str, known: list[str]) -> str:
+    import difflib  # here: only a wrong name needs it, so `run` does not load it
+
     found = difflib.get_close_matches(name, known, n=1)
     return f"; did you mean {found[0]!r}?" if found else ""
 
