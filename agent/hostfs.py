@@ -391,17 +391,19 @@ class HostFS:
                     directory, name = self._split(host_path)
                 except _Missing:  # walked whole, so that the missing path says all of the rest
                     directory, name = self._locate(_normalise(host_path), "/", hops)
-                while name != ".":
-                    try:
-                        target = self._follow(self._dirfd(directory), directory, name, hops)
-                    except OSError as exc:
-                        if exc.errno not in _GONE:
-                            raise
-                        target = None
-                    if target is None:
-                        return _join(directory, name)
-                    directory, name = self._locate(target, directory, hops)
-                return directory
+                if name == ".":
+                    return directory
+                try:
+                    target = self._follow(self._dirfd(directory), directory, name, hops)
+                except OSError as exc:
+                    if exc.errno not in _GONE:
+                        raise
+                    target = None
+                if target is None:
+                    return _join(directory, name)
+                # the target entered as a directory (a device's, as a rule: kept for the reads that
+                # follow); a walk that ends at a file or at nothing raises _Missing, saying where
+                return self._locate(target + "/.", directory, hops)[0]
             except _Missing as exc:
                 return exc.path
             except OSError as exc:
