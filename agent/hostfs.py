@@ -387,6 +387,8 @@ class HostFS:
         with self._lock:
             hops = [0]
             try:
+                if (known := self._real.get(_normalise(host_path))) is not None:  # walked this pass
+                    return known
                 try:
                     directory, name = self._split(host_path)
                 except _Missing:  # walked whole, so that the missing path says all of the rest

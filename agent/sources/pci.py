@@ -56,7 +56,7 @@ _MANDATORY_FILES = tuple(name for name, _ in _MANDATORY)
 #: every file of a device directory the source reads, mandatory ones first; the others where listed
 _FILES = (*_MANDATORY_FILES, "sriov_totalvfs", "numa_node", "revision", "sriov_numvfs")
 #: links of a device directory whose target names the source reads
-_LINKS = ("iommu_group", "driver", "physfn")
+_LINKS = ("driver", "physfn")
 
 
 class PciFunction(NamedTuple):
@@ -111,7 +111,7 @@ def read_function(reader: AttributeReader, address: str) -> PciFunction | None:
         else:
             reader.error(f"{device_dir}/sriov_totalvfs", f"not a VF count: {totalvfs[:40]!r}")
     links = {name: reader.link_name(f"{device_dir}/{name}") for name in _LINKS if name in present}
-    _add_iommu_attributes(attrs, reader, device_dir, present, links.get("iommu_group"))
+    _add_iommu_attributes(attrs, reader, device_dir, present)
     _add_extra_attributes(attrs, reader, device_dir, address, values, failures, links)
     return PciFunction(Instance(attrs, device_dir), has_sriov_file)
 
@@ -145,17 +145,20 @@ def _optional(reader: AttributeReader, device_dir: str, name: str, values: Mappi
     return values.get(name)
 
 
-def _add_iommu_attributes(attrs: dict[str, str], reader: AttributeReader, device_dir: str, present: list[str],
-                          group: str | None) -> None:
+def _add_iommu_attributes(attrs: dict[str, str], reader: AttributeReader, device_dir: str, present: list[str]) -> None:
     """NFD's optional ``iommu_group/type`` and ``iommu/intel-iommu/version``, read through the
     device path as NFD's ``readSinglePciAttribute`` does (so a tree where they are plain
-    directories, as in NFD's own ``testdata/source/pci``, reads too), plus our group number."""
+    directories, as in NFD's own ``testdata/source/pci``, reads too), plus our group number:
+    the name of the directory the ``iommu_group`` link leads to (the seam walked it for the
+    read, so the link is read once)."""
     if "iommu_group" in present:
-        group_type = reader.attr(f"{device_dir}/iommu_group/type")
+        group_link = f"{device_dir}/iommu_group"
+        group_type = reader.attr(f"{group_link}/type")
         if group_type:
             attrs["iommu_group/type"] = group_type
-    if group:
-        attrs["iommu_group"] = group
+        group_dir = reader.resolve(group_link)
+        if group_dir is not None and group_dir != group_link:  # a link, as the kernel makes it
+            attrs["iommu_group"] = group_dir.rpartition("/")[2]
     if "iommu" in present:
         version = reader.attr(f"{device_dir}/iommu/intel-iommu/version")
         if version:
