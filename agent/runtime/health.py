@@ -201,6 +201,8 @@ class HealthServer:
             return
         except OSError as err:
             log.debug("http: client %s: %s", client.peer, type(err).__name__)
+        except Exception:  # a check or the metrics render failed: this answer is lost, not the server
+            log.exception("http: answering %s failed", client.peer)
         self._close(client)
 
     def _close(self, client: _Client) -> None:

@@ -204,3 +204,17 @@ def test_a_request_head_over_8_KiB_or_too_slow_is_closed_unanswered(monkeypatch)
         assert fetch(server.port, "/healthz") == (200, "ok\n")
     finally:
         server.stop()
+
+
+def test_a_failing_check_loses_its_answer_not_the_server():
+    def broken() -> tuple[bool, str]:
+        raise RuntimeError("a bug in a check")
+
+    server = HealthServer(0, lambda: b"m\n", broken, lambda: (True, ""), host="127.0.0.1").start()
+    try:
+        with pytest.raises(OSError):  # closed unanswered (urllib: RemoteDisconnected)
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        assert fetch(server.port, "/readyz") == (200, "ok\n")
+        assert server.alive()
+    finally:
+        server.stop()
