@@ -38,7 +38,7 @@ MAX_TEXT_BYTES = 8 * 1024 * 1024
 
 _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 _VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\.(?P<revision>\d+))?(-.*)?$")
-_KCONFIG_LINE = re.compile(r"^CONFIG_(\w+)=(.+)")
+_KCONFIG_LINE = re.compile(r"^CONFIG_(\w+)=(.+)", re.ASCII)  # a Kconfig symbol is ASCII: [A-Za-z0-9_]+
 _MODULE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
