@@ -4,6 +4,7 @@ SELinux and KVM."""
 from __future__ import annotations
 
 import gzip
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -83,12 +84,33 @@ def test_kernel_source_survives_any_tree(spec, config):
             assert value == "" or (value.isascii() and value.isdigit()), (key, value)
 
 
+#: a Kconfig symbol as the kernel's .config writes it (scripts/kconfig: ``CONFIG_<symbol>=<value>``)
+SYMBOL = re.compile(r"[A-Za-z0-9_]+")
+#: config text whose lines do start with CONFIG_, well-formed or hostile, besides free text
+HOSTILE_KCONFIG = st.lists(st.one_of(
+    KCONFIG_LINE,
+    st.sampled_from(["CONFIG_\u00e9=y", "CONFIG_\u0661=1", "CONFIG_A B=y", "CONFIG_A-B=y", "CONFIG_CONFIG_X=y",
+                     "CONFIG_X==y", 'CONFIG_Q=""', "CONFIG_X=1", "CONFIG_X=2", "CONFIG_X=", " CONFIG_X=y"]),
+), max_size=15).map("\n".join)
+
+
 @fuzz(200)
-@given(text=st.text(max_size=300))
+@given(text=st.one_of(st.text(max_size=300), HOSTILE_KCONFIG))
 def test_kernel_parsers_total(text):
     """The pure parsers accept any text and return only well-formed names."""
     options = parse_kconfig(text)
-    assert all((k and not k.startswith("CONFIG_")) or k for k in options)
+    lines = text.splitlines()
+    for name, value in options.items():
+        assert SYMBOL.fullmatch(name), name  # a symbol, not the text around one
+        # the CONFIG_ prefix taken off once; the last line setting a symbol (to a non-empty
+        # value) wins, quotes trimmed as NFD's parseKconfig trims them (source/kernel/kconfig.go:
+        # strings.Trim(value, `"`))
+        setting = [line for line in lines if line.startswith(f"CONFIG_{name}=") and line != f"CONFIG_{name}="][-1]
+        assert value == setting.split("=", 1)[1].strip('"'), (name, value, setting)
+    for line in lines:  # and no line that sets a symbol is lost
+        symbol, eq, value = line.removeprefix("CONFIG_").partition("=")
+        if line.startswith("CONFIG_") and eq and value and SYMBOL.fullmatch(symbol):
+            assert symbol in options, line
     names, _rejected = parse_modules(text)
     assert all(n.isascii() and " " not in n for n in names)
     assert all(n.isascii() for n in parse_builtin(text))
