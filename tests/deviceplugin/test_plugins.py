@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import time
+import threading
 
 import grpc
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from agent.deviceplugin.model import DeviceNode, HostMount, PluginDevice, ResourceDevices
 from agent.deviceplugin.plugins import DevicePlugins
 from tests.deviceplugin.kubelet_standin import KubeletStandIn
+from tests.runtime.helpers import wait_for
 
 TPU = "node-feature-agent.io/edgetpu"
 HAILO = "node-feature-agent.io/hailo8"
@@ -100,8 +101,9 @@ def test_reregisters_after_kubelet_restart_and_serves_a_fresh_socket(kubelet, pl
 
 def test_survives_kubelet_absent_at_start_and_registers_when_it_appears(socket_dir, plugins):
     plugins.publish({TPU: ResourceDevices(TPU, (pcie_tpu(),))})
-    time.sleep(0.4)
-    assert plugins.served() == {TPU} and plugins.registered() == set()
+    wait_for(lambda: plugins.served() == {TPU}, what="the resource served")
+    assert plugins.registered() == set()
+    assert plugins.alive()
     kubelet = KubeletStandIn(socket_dir).start(wipe=False)
     try:
         kubelet.wait_list(TPU, [("pci-0000:01:00.0", "Healthy")])
@@ -117,34 +119,37 @@ def test_refused_registration_is_retried_and_counted(socket_dir, events):
     try:
         dp.publish({bad: ResourceDevices(bad, (pcie_tpu(),)), TPU: ResourceDevices(TPU, (pcie_tpu(),))})
         kubelet.wait_list(TPU, [("pci-0000:01:00.0", "Healthy")])
-        deadline = time.monotonic() + 5
-        while events.count((bad, "failed")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert events.count((bad, "failed")) >= 2 and (bad, "registered") not in events
+        wait_for(lambda: events.count((bad, "failed")) >= 2, what="the refused registration retried")
+        assert (bad, "registered") not in events
     finally:
         dp.stop()
         kubelet.stop()
 
 
 def test_publish_never_waits_for_kubelet(socket_dir):
-    """A kubelet that accepts connections but never answers must not stall the worker."""
-    import socket as pysocket
+    """A kubelet that takes the Register call and does not answer must not stall the worker:
+    publish returns while the call is held (one that waited would return only after it)."""
+    inside, release, answered = threading.Event(), threading.Event(), threading.Event()
 
-    hung = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
-    hung.bind(os.path.join(socket_dir, "kubelet.sock"))
-    hung.listen(1)
-    dp = DevicePlugins(socket_dir, check_interval=0.1, register_timeout=5.0).start()
+    def hold(_request):
+        inside.set()
+        release.wait(120)
+        answered.set()
+
+    kubelet = KubeletStandIn(socket_dir, on_register=hold).start()
+    dp = DevicePlugins(socket_dir, check_interval=0.1, register_timeout=180.0).start()
     try:
         dp.publish({TPU: ResourceDevices(TPU, (pcie_tpu(),))})
-        time.sleep(0.3)  # the device-plugins thread is now inside Register, waiting on the hung kubelet
-        started = time.monotonic()
+        assert inside.wait(60), "the Register call never reached kubelet"
         for _ in range(20):
             dp.publish({TPU: ResourceDevices(TPU, (pcie_tpu(),))})
-        # waiting for the Register call even once would take its whole 5 s timeout
-        assert time.monotonic() - started < 4.0
+        assert not answered.is_set() and dp.registered() == set()  # still inside Register
+        release.set()
+        kubelet.wait_list(TPU, [("pci-0000:01:00.0", "Healthy")])  # and the registration completes
     finally:
-        hung.close()  # the hung Register call fails now instead of at its deadline
+        release.set()
         dp.stop(timeout=6)
+        kubelet.stop()
 
 
 def test_stopping_removes_our_sockets(socket_dir, kubelet):
