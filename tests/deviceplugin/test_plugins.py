@@ -96,6 +96,8 @@ def test_reregisters_after_kubelet_restart_and_serves_a_fresh_socket(kubelet, pl
     kubelet.wait_for(lambda: len(kubelet.lists[TPU]) >= 2)
     assert kubelet.latest(TPU) == [("pci-0000:01:00.0", "Healthy")]
     assert kubelet.allocate(TPU, ["pci-0000:01:00.0"]).container_responses[0].devices[0].host_path == "/dev/apex_0"
+    # the plugin reports a registration once kubelet's answer is back, after kubelet recorded it
+    wait_for(lambda: events.count(("register", TPU, "registered")) >= 2, what="the second registration reported")
     assert events.count(("register", TPU, "registered")) == 2
 
 
