@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,15 @@ def repo() -> Path:
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[str]:
+    """A fresh directory for unix sockets (kubelet's and the device plugins'), under /tmp: a
+    socket path must stay under 108 bytes, which pytest's tmp_path does not promise."""
+    path = tempfile.mkdtemp(prefix="dp-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,6 @@ be registered with the new kubelet and its devices listed there again.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import pytest
 
@@ -23,13 +21,6 @@ from tests.runtime.helpers import wait_for
 from tests.support.apiserver import FakeApiServer
 
 NODE = "edge-ai-1"
-
-
-@pytest.fixture
-def socket_dir():
-    path = tempfile.mkdtemp(prefix="dp-", dir="/tmp")  # unix socket paths must stay under 108 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
