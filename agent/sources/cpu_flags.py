@@ -173,33 +173,30 @@ def ppc_flags(hwcap: int, hwcap2: int) -> frozenset[str]:
                      + [name for bit, name in PPC_HWCAP2.items() if hwcap2 & bit])
 
 
-def _avx_slow(vendor: str, family: int, model: int) -> bool:
-    """Intel family 6 before Haswell, AMD before Zen 2."""
+def _avx_slow(vendor: str, family: int | None, model: int | None) -> bool:
+    """Intel family 6 before Haswell, AMD before Zen 2 (unknown family or model: not slow)."""
+    if family is None or model is None:
+        return False
     if vendor == "Intel":
         return family == 6 and model < 60
     return vendor == "AMD" and (family < 23 or (family == 23 and model < 49))
 
 
-def _amd_has_ssbd_bit(family: int, model: int) -> bool:
-    """AMD's CPUID 0x80000008 EBX[24]: family 17h from model 30h (Zen 2) and every later one."""
-    return family > 0x17 or (family == 0x17 and model >= 0x30)
+def _has_ssbd_bit(vendor: str, family: int | None, model: int | None) -> bool:
+    """Where Linux's ``ssbd`` means the CPUID bit: Intel's and others' always, never Hygon's,
+    AMD's 0x80000008 EBX[24] on family 17h from model 30h (Zen 2) and every later family."""
+    if vendor == "Hygon":
+        return False
+    if vendor != "AMD":
+        return True
+    return family is not None and model is not None and (family > 0x17 or (family == 0x17 and model >= 0x30))
 
 
-def _amd_tsa_no(family: int, model: int) -> bool:
-    """Not affected by TSA: before family 19h, and family 1Ah models 00h-4Fh and 60h-7Fh."""
+def _tsa_no(vendor: str, family: int | None, model: int | None) -> bool:
+    """AMD not affected by TSA: before family 19h, and family 1Ah models 00h-4Fh and 60h-7Fh."""
+    if vendor != "AMD" or family is None or model is None:
+        return False
     return family < 0x19 or (family == 0x1A and (model <= 0x4F or 0x60 <= model <= 0x7F))
-
-
-def _family_flags(flags: set[str], raw: set[str], vendor: str, family: int, model: int) -> set[str]:
-    """What :func:`x86_derived_flags` derives from the family and model."""
-    out = set()
-    if "AVX" in flags and _avx_slow(vendor, family, model):
-        out.add("AVXSLOW")
-    if vendor == "AMD" and "ssbd" in raw and "virt_ssbd" not in raw and _amd_has_ssbd_bit(family, model):
-        out.add("SPEC_CTRL_SSBD")
-    if vendor == "AMD" and _amd_tsa_no(family, model):
-        out.update(("TSA_L1_NO", "TSA_SQ_NO"))
-    return out
 
 
 def x86_derived_flags(flags: set[str], raw: set[str], vendor: str, fields: Mapping[str, str]) -> set[str]:
@@ -222,10 +219,12 @@ def x86_derived_flags(flags: set[str], raw: set[str], vendor: str, fields: Mappi
     """
     out = set(flags)
     family, model = _number(fields.get("cpu family", "")), _number(fields.get("model", ""))
-    if family is not None and model is not None:
-        out |= _family_flags(out, raw, vendor, family, model)
-    if "ssbd" in raw and "virt_ssbd" not in raw and vendor not in ("AMD", "Hygon"):
+    if "AVX" in out and _avx_slow(vendor, family, model):
+        out.add("AVXSLOW")
+    if "ssbd" in raw and "virt_ssbd" not in raw and _has_ssbd_bit(vendor, family, model):
         out.add("SPEC_CTRL_SSBD")
+    if _tsa_no(vendor, family, model):
+        out.update(("TSA_L1_NO", "TSA_SQ_NO"))
     if "AVX" not in out:
         out -= {"XOP", "FMA4"}
     if vendor in ("Intel", "AMD") and x86_htt(fields):
