@@ -18,11 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.placement.kube import PlacementApi
+from agent.reconcile.backoff import Backoff, BackoffSettings
 from agent.runtime.node_watch import WatchExpired, consume
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 WATCH_SECONDS = 300
+WATCH_BACKOFF = BackoffSettings(initial=0.8, maximum=30.0, jitter=0.0)
+"""client-go's reflector policy (800 ms doubling to 30 s): one controller watching a collection."""
 
 
 def pod_key(pod: Json) -> str:
@@ -70,7 +73,7 @@ class PodInformer:
         self._stop.set()
 
     def _run(self) -> None:
-        delay = 0.8
+        backoff = Backoff(WATCH_BACKOFF)
         need_list = True
         while not self._stop.is_set():
             try:
@@ -78,15 +81,15 @@ class PodInformer:
                     self._list()
                     need_list = False
                 self._watch()
-                delay = 0.8
+                backoff.success()
             except WatchExpired:
                 need_list = True
             except Exception as exc:  # noqa: BLE001 - any failure: back off, then list again
                 if self._stop.is_set():
                     return
+                delay = backoff.next_delay()
                 log.warning("gated-pod watch failed (%s); retrying in %.1fs", " ".join(str(exc).split())[:200], delay)
                 self._stop.wait(delay)
-                delay = min(delay * 2, 30.0)
                 need_list = True
 
     def _list(self) -> None:
