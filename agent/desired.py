@@ -113,6 +113,10 @@ class DesiredNodeState:
     held_labels: frozenset[str] = frozenset()
     hold_every_label: bool = False
     held_resources: frozenset[str] = frozenset()
+    #: every owned item (labels, annotations, extended resources, taints) is neither removed nor
+    #: changed: the cluster's NFD objects, which may have produced any of them, could not be
+    #: read (``agent.runtime.cluster_objects.ClusterObjects.undetermined``); new items are added
+    hold_everything: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))

@@ -49,6 +49,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              "through this kubeconfig (as run does); without it nothing is read from a cluster")
     parser.add_argument("--rules-from-cluster", choices=("on", "off"), default=None,
                         help="on (the default with --kubeconfig): evaluate the cluster's NFD objects too")
+    parser.add_argument("--enable-taints", action="store_true",
+                        help="with the cluster's objects: include the taints NodeFeatureRule objects ask for, as "
+                             "run --enable-taints (nfd-master's -enable-taints); without it they are left out and "
+                             "named on stderr")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,7 +126,8 @@ def read_cluster(args: argparse.Namespace, options: RuleOptions) -> ClusterObjec
     from agent.reconcile.node_api import load_configuration
     from agent.runtime.cluster_objects import ClusterObjects
 
-    cluster = ClusterObjects(node_name_of(args), on_change=lambda: None, options=options)
+    cluster = ClusterObjects(node_name_of(args), on_change=lambda: None, options=options,
+                             taints=getattr(args, "enable_taints", False))
     try:
         notes = cluster.read_once(LightCoreV1Api(ApiClient(load_configuration(kubeconfig))))
     except Exception as exc:  # any failure to read: say so, plan from files
@@ -130,6 +135,8 @@ def read_cluster(args: argparse.Namespace, options: RuleOptions) -> ClusterObjec
         raise SystemExit(1) from exc
     for note in notes:
         print(f"cluster: {note}; planned without them", file=sys.stderr)
+    for note in cluster.notes:
+        print(f"cluster: {note}", file=sys.stderr)
     return cluster
 
 

@@ -106,6 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on: also evaluate the cluster's NodeFeatureRule objects (beside --rules) and join this "
                              "node's NodeFeature objects to discovery, as NFD's master does; the agent runs without them "
                              "when NFD's CRDs are not installed")
+    parser.add_argument("--enable-taints", action="store_true",
+                        help="apply the taints NodeFeatureRule objects in the cluster ask for (NoExecute included), as "
+                             "nfd-master's -enable-taints; without it they are not applied and each such object is "
+                             "logged once. Taints from --rules files always apply (those files are the admin's)")
     parser.add_argument("--watch-timeout", type=positive_int, default=900, help=argparse.SUPPRESS)
     parser.add_argument("--retries", type=positive_int, default=1, help=argparse.SUPPRESS)
 
@@ -127,7 +131,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,
         watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries),
         device_plugin=args.device_plugin == "on", device_plugin_dir=args.device_plugin_dir,
-        rules_from_cluster=args.rules_from_cluster == "on")
+        rules_from_cluster=args.rules_from_cluster == "on", enable_taints=args.enable_taints)
 
 
 def run(args: argparse.Namespace) -> int:

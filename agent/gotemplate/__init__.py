@@ -46,8 +46,9 @@ class CompiledTemplate:
     source: str
     nodes: tuple[Node, ...]
 
-    def render(self, data: Mapping[str, object]) -> str:
-        return execute(self.source, self.nodes, data)
+    def render(self, data: Mapping[str, object], *, max_steps: int = MAX_STEPS,
+               max_output: int = MAX_OUTPUT_CHARS) -> str:
+        return execute(self.source, self.nodes, data, max_steps=max_steps, max_output=max_output)
 
     def render_key_values(self, data: Mapping[str, object]) -> dict[str, str]:
         return parse_key_value_lines(self.render(data))

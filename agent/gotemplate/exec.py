@@ -43,9 +43,11 @@ MAX_STEPS = 1_000_000  # work units per render: node visits, loop iterations, fu
 _MISSING = object()
 
 
-def execute(source: str, nodes: tuple[Node, ...], data: object) -> str:
-    """Run parsed `nodes` (from `source`) with `data` as dot and `$`."""
-    return _Execution(source, data).run(nodes)
+def execute(source: str, nodes: tuple[Node, ...], data: object, *, max_steps: int = MAX_STEPS,
+            max_output: int = MAX_OUTPUT_CHARS) -> str:
+    """Run parsed `nodes` (from `source`) with `data` as dot and `$`, within `max_steps` work
+    units and `max_output` characters (a caller with less trusted templates passes less)."""
+    return _Execution(source, data, max_steps, max_output).run(nodes)
 
 
 class _Break(Exception):
@@ -59,12 +61,13 @@ class _Continue(Exception):
 class _Execution:
     """State of one render: variables, output buffer and the step budget."""
 
-    def __init__(self, source: str, data: object):
+    def __init__(self, source: str, data: object, max_steps: int = MAX_STEPS, max_output: int = MAX_OUTPUT_CHARS):
         self.source = source
+        self.max_output = max_output
         self.vars: list[tuple[str, object]] = [("$", data)]
         self.out: list[str] = []
         self.size = 0
-        self.meter = WorkMeter(MAX_STEPS)
+        self.meter = WorkMeter(max_steps)
         self.data = data
 
     def run(self, nodes: tuple[Node, ...]) -> str:
@@ -84,8 +87,8 @@ class _Execution:
 
     def emit(self, node: Node, text: str) -> None:
         self.size += len(text)
-        if self.size > MAX_OUTPUT_CHARS:
-            raise self.error(node, f"output exceeds {MAX_OUTPUT_CHARS} characters")
+        if self.size > self.max_output:
+            raise self.error(node, f"output exceeds {self.max_output} characters")
         self.out.append(text)
 
     # -- control flow ----------------------------------------------------------------------

@@ -18,7 +18,8 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
 * ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides, a
   trailing ``*`` a prefix; ``hold_every_label``: all) and ``desired.held_resources``: an owned
   label or extended resource so held is neither removed nor changed; it stays on the Node and
-  in the record.
+  in the record. ``desired.hold_everything``: so for every owned label, annotation, extended
+  resource and taint.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str
 
 
 def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
-    if desired.hold_every_label:
+    if desired.hold_every_label or desired.hold_everything:
         return lambda key: True
     return lambda key: undetermined_key(desired.held_labels, key)
 
@@ -334,10 +335,14 @@ def plan_node_changes(
 
     label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
                                                              held=_held_labels(desired))
-    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip, "annotation")
-    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip,
-                                                                               desired.held_resources)
-    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, skip, remove_foreign_taints)
+    everything = desired.hold_everything
+    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip,
+                                                            "annotation", held=lambda key: everything)
+    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(
+        live, owned.resources, resources, skip, owned.resources if everything else desired.held_resources)
+    held_taints = frozenset(taint_ref(*t) for t in owned.taints) if everything else frozenset()
+    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, {*skip, *held_taints},
+                                                                     remove_foreign_taints)
 
     records = {
         ANNOTATION_OWNED_LABELS: format_record(label_record),

@@ -9,6 +9,11 @@ reads ``NodeFeatureRule/<name>:spec.rules[2].matchFeatures[0]`` where a file say
 
 Files and objects together: a name present in both is an error (reported on the object, the
 file's rule set is evaluated and the object is not), never a silent winner.
+
+An object is tenant input, a rule file the admin's: an object's templates render within the
+cluster budget (``agent.rules.budget``), and its taints count only with ``taints=True``
+(``run --enable-taints``), as nfd-master applies NodeFeatureRule taints only with
+``-enable-taints`` (off by default; ``pkg/nfd-master/nfd-master.go``, ``if m.config.EnableTaints``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from typing import Any
 import yaml
 
 from agent.desired import Problem
-from agent.rules.model import Catalogue, RuleOptions, RuleSet
+from agent.rules.budget import TEMPLATE_OUTPUT_CHARS, TEMPLATE_STEPS
+from agent.rules.model import Catalogue, RuleOptions, RuleSet, TemplateSpec
 from agent.rules.nfr_parser import API_VERSION, KIND, parse_rule_file
 from agent.rules.static_checks import static_problems
 from agent.rules.vocabulary import engine_vocabulary, vocabulary_problems
@@ -69,11 +75,13 @@ def _document(obj: Mapping[str, Any]) -> str:
     return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, width=1 << 30, allow_unicode=True)
 
 
-def parse_rule_object(obj: Mapping[str, Any], options: RuleOptions | None = None) -> tuple[RuleSet | None, list[Problem]]:
+def parse_rule_object(obj: Mapping[str, Any], options: RuleOptions | None = None, *,
+                      taints: bool = False) -> tuple[RuleSet | None, list[Problem]]:
     """One NodeFeatureRule object -> its rule set (bad rules skipped) and problems, each
     located by the object's name and the field path: the parser's, then the load-time
     checks a rule file gets (``static_checks``, ``vocabulary``; a third-party feature is no
-    problem here, a NodeFeature object may provide it)."""
+    problem here, a NodeFeature object may provide it). Its templates carry the cluster
+    budget; without ``taints`` its rules' taints are dropped (``ignored_taints`` names them)."""
     name = str((obj.get("metadata") or {}).get("name") or "")
     origin = object_origin(name)
     text = _document(obj)
@@ -88,7 +96,35 @@ def parse_rule_object(obj: Mapping[str, Any], options: RuleOptions | None = None
         return None, problems
     single = Catalogue(rule_sets=(rule_sets[0],))
     unknown, _third_party = vocabulary_problems(single, engine_vocabulary())
-    return rule_sets[0], problems + static_problems(single, options or RuleOptions()) + unknown
+    return _as_tenant_input(rule_sets[0], taints), problems + static_problems(single, options or RuleOptions()) + unknown
+
+
+def _budgeted(template: TemplateSpec | None) -> TemplateSpec | None:
+    if template is None:
+        return None
+    return dataclasses.replace(template, max_steps=TEMPLATE_STEPS, max_output=TEMPLATE_OUTPUT_CHARS)
+
+
+def _as_tenant_input(rule_set: RuleSet, taints: bool) -> RuleSet:
+    rules = tuple(dataclasses.replace(rule, labels_template=_budgeted(rule.labels_template),
+                                      vars_template=_budgeted(rule.vars_template),
+                                      taints=rule.taints if taints else ())
+                  for rule in rule_set.rules)
+    return dataclasses.replace(rule_set, rules=rules)
+
+
+def ignored_taints(obj: Mapping[str, Any]) -> list[str]:
+    """The taints (``key=value:Effect``) an object's rules ask for, read from the raw object:
+    what ``run`` without ``--enable-taints`` does not apply."""
+    spec = obj.get("spec")
+    rules = spec.get("rules") if isinstance(spec, Mapping) else None
+    found = []
+    for rule in rules if isinstance(rules, list) else ():
+        for taint in (rule.get("taints") if isinstance(rule, Mapping) else None) or ():
+            if isinstance(taint, Mapping):
+                value = f"={taint.get('value')}" if taint.get("value") else ""
+                found.append(f"{taint.get('key')}{value}:{taint.get('effect')}")
+    return found
 
 
 def with_cluster_rules(files: Catalogue, objects: Iterable[RuleSet], problems: Iterable[Problem] = ()) -> Catalogue:

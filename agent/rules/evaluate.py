@@ -99,7 +99,8 @@ def _render(template: TemplateSpec, origin: str, groups: list[list[MatchedElemen
     outputs: dict[str, Output] = {}
     compiled = compile_template(template.text)
     for data in _template_data(groups):
-        for key, value in parse_key_value_lines(compiled.render(data)).items():
+        rendered = compiled.render(data, max_steps=template.max_steps, max_output=template.max_output)
+        for key, value in parse_key_value_lines(rendered).items():
             outputs[key] = Output(key, value, origin)
     return list(outputs.values())
 

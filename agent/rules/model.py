@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from agent.desired import Problem
 from agent.device_claims import DeviceDeclaration
+from agent.gotemplate import MAX_OUTPUT_CHARS, MAX_STEPS
 
 #: The 13 operators of the NodeFeatureRule CRD: ``MatchOp`` in NFD's ``api/nfd/v1alpha1/types.go``
 #: (node-feature-discovery 76e6cc8c), the enum of ``deployment/base/nfd-crds/nfd-api-crds.yaml``.
@@ -107,8 +108,13 @@ class TaintSpec:
 
 @dataclass(frozen=True)
 class TemplateSpec:
+    """A ``labelsTemplate``/``varsTemplate``; ``max_steps``/``max_output`` bound one render
+    (the engine's own budget for a rule file, less for a cluster object: ``rules.budget``)."""
+
     text: str
     origin: str = ""
+    max_steps: int = MAX_STEPS
+    max_output: int = MAX_OUTPUT_CHARS
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 REASON_RULES_INVALID = "RulesInvalid"
 REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
+REASON_CLUSTER_BOUNDED = "ClusterObjectsBounded"
 
 
 class Stopping(Exception):
@@ -92,8 +93,10 @@ class Agent:
         self._worker = threading.Thread(target=self._work, name="reconcile-worker", daemon=True)
         self.rules = RulesState(settings.rules_dirs, settings.rule_options, on_rejected=self._rules_rejected)
         self.cluster = ClusterObjects(settings.node_name, self._cluster_rules_changed,
-                                      on_problem=self._cluster_problem, options=settings.rule_options) \
+                                      on_problem=self._cluster_problem, options=settings.rule_options,
+                                      taints=settings.enable_taints, on_bounded=self._cluster_bounded) \
             if settings.rules_from_cluster else None
+        self._cluster_held: str | None = None
         self.reconciler = Reconciler(self.api, settings.node_name, emit_events=settings.emit_events,
                                      startup_taints=settings.startup_taints, sleep=self._sleep,
                                      max_attempts=max(1, settings.retries), backoff=settings.backoff,
@@ -308,6 +311,28 @@ class Agent:
     def _rule_generations(self) -> tuple[int, int]:
         return self.rules.generation, self.cluster.generation if self.cluster is not None else 0
 
+    def _cluster_bounded(self, bound: str, why: str | None) -> None:
+        """A bound on the cluster's objects passed (``why``) or fits again: metric, one Warning Event."""
+        self.metrics.cluster_bounded.labels(bound=bound).set(1 if why else 0)
+        if why:
+            self._warn_in_next_pass(REASON_CLUSTER_BOUNDED, f"{why}; what the cluster's objects gave this node "
+                                    "is held (deploy/README.md \"Bounds on cluster objects\")")
+
+    def _cluster_undetermined(self) -> bool:
+        """Whether the cluster's output is undetermined now; said in the log when that changes."""
+        assert self.cluster is not None
+        why = self.cluster.undetermined()
+        self.metrics.cluster_undetermined.set(1 if why else 0)
+        if why != self._cluster_held:
+            if why:
+                log.warning("cluster objects undetermined (%s): every item the agent owns on the Node is held",
+                            why, extra={"node": self.settings.node_name, "event": "cluster-held"})
+            elif self._cluster_held:
+                log.info("cluster objects read: nothing held for them any more",
+                         extra={"node": self.settings.node_name, "event": "cluster-held"})
+            self._cluster_held = why
+        return why is not None
+
     def _cluster_problem(self, text: str) -> None:
         """A NodeFeatureRule/NodeFeature object with problems: a Warning, not a refused reload."""
         self._warn_in_next_pass(REASON_RULES_INVALID, text)
@@ -368,7 +393,9 @@ class Agent:
                                      unanswered, handing_over=self.devices is not None)
             if self.cluster is not None:  # this node's NodeFeature objects, as nfd-master merges them
                 features, labels, origins = self.cluster.join(plan.features, plan.raw_labels, plan.label_origins)
-                plan = dataclasses.replace(plan, features=features, raw_labels=labels, label_origins=origins)
+                held = self._cluster_undetermined()
+                plan = dataclasses.replace(plan, features=features, raw_labels=labels, label_origins=origins,
+                                           hold_everything=held)
             self._plan = plan
             self._plan_key = key
         return self._plan

@@ -4,9 +4,18 @@ One ``CollectionWatch`` per kind and agent: ``nodefeaturerules`` (cluster-scoped
 object) and ``nodefeatures`` (all namespaces, only this node's, by the
 ``nfd.node.kubernetes.io/node-name`` label). The loop is the Node watch's
 (``node_watch``): LIST (paged), WATCH from its resourceVersion with bookmarks, LIST again on
-410, back off on errors. What it keeps is bounded: a digest of each object's spec, at most
-``max_objects`` (one over the bound is left out with a warning); the objects themselves go to
-``on_change`` trimmed to kind, name, namespace and spec (no managedFields) and are not kept.
+410, back off on errors. What it keeps is a digest and the size of each object's spec; the
+objects themselves go to ``on_change`` trimmed to kind, name, namespace and spec (no
+managedFields) and are not kept.
+
+Bounds (``agent.rules.budget``, kept by ``cluster_bounds.CollectionBounds``): a LIST reads
+every page, whatever the objects are named, each page at most ``max_page_bytes`` (a larger one
+is asked again with fewer objects); an object whose spec is over ``max_object_bytes`` arrives
+with no spec and its size (``specBytes``), for the caller to refuse. When the objects are more
+than ``max_objects`` or their specs more than ``max_bytes``, the collection is *bounded*: only
+the objects delivered before (known by digest) are still followed, nothing new is delivered,
+and ``on_bounded(why)`` says so (``on_bounded(None)`` once a LIST fits again). A deletion
+while bounded starts a new LIST, the way back under the bound.
 
 The CRDs may not be installed (a cluster without NFD): the server answers 404 for the
 collection. That is one Info line, then a LIST every ``ABSENT_RETRY`` (doubling from 10 s
@@ -26,6 +35,8 @@ from typing import Any
 
 from agent.reconcile.backoff import Backoff, BackoffSettings
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
+from agent.rules.budget import MAX_COLLECTION_BYTES, MAX_OBJECT_BYTES, MAX_PAGE_BYTES
+from agent.runtime.cluster_bounds import CollectionBounds
 from agent.runtime.node_watch import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_WATCH_TIMEOUT,
@@ -46,12 +57,15 @@ DEFAULT_BACKOFF = BackoffSettings()
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 
-def trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What is kept of an object: kind, name, namespace, spec."""
+def trimmed(obj: Mapping[str, Any], max_object_bytes: int | None = None) -> dict[str, Any]:
+    """What is kept of an object: kind, name, namespace, spec, and the spec's size as compact
+    JSON (``specBytes``); over ``max_object_bytes`` the spec itself is left out (None)."""
     metadata: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+    spec = obj.get("spec")
+    size = len(json.dumps(spec, separators=(",", ":"), default=str).encode())
     return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": {"name": metadata.get("name"), "namespace": metadata.get("namespace")},
-            "spec": obj.get("spec")}
+            "spec": spec if max_object_bytes is None or size <= max_object_bytes else None, "specBytes": size}
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
@@ -81,16 +95,20 @@ class CollectionWatch:
 
     def __init__(self, core: Any, plural: str, kind: str, on_change: Callable[[Changes, bool], None], *,
                  node_name: str = "", label_selector: str | None = None, max_objects: int = 1000,
+                 max_bytes: int = MAX_COLLECTION_BYTES, max_object_bytes: int = MAX_OBJECT_BYTES,
+                 max_page_bytes: int = MAX_PAGE_BYTES, on_bounded: Callable[[str | None], None] | None = None,
                  timeout_seconds: int = DEFAULT_WATCH_TIMEOUT, read_timeout: float = DEFAULT_READ_TIMEOUT,
                  backoff: BackoffSettings = DEFAULT_BACKOFF, absent_backoff: BackoffSettings | None = None) -> None:
         self.core, self.kind, self.on_change = core, kind, on_change
         self.path = f"{GROUP_PATH}/{plural}"
         self.node_name = node_name
         self.label_selector = label_selector
-        self.max_objects = max_objects
+        self.bounds = CollectionBounds(kind, max_objects, max_bytes, max_object_bytes, on_bounded)
+        self.max_page_bytes = max_page_bytes
         self.timeout_seconds, self.read_timeout = timeout_seconds, read_timeout
         self.backoff, self.absent_backoff = Backoff(backoff), Backoff(absent_backoff or ABSENT_RETRY)
         self.digests: dict[Key, str] = {}
+        self.delivered = False  # a whole collection went to on_change once (the first read, even empty)
         self.resource_version = ""
         self.absent: int | None = None  # the status while the collection cannot be read
         self.lists = self.watches = 0
@@ -153,8 +171,9 @@ class CollectionWatch:
             log.log(level, "%s objects not read: %s (HTTP %d); the agent works without them and looks again "
                     "with backoff", self.kind, why, status, extra={"node": self.node_name, "event": "crd-absent"})
             self.absent = status
-        if self.digests:
-            self._replace({})  # a CRD deleted with its objects: they are gone
+        if status == 404:  # no CRD, no objects: a read (a 403 is not one: what was read stays)
+            self._replace({})
+            self.bounds.report(None)
         return delay
 
     def _get(self, **query: Any) -> Any:
@@ -177,15 +196,21 @@ class CollectionWatch:
         self._list()
 
     def _list(self) -> None:
-        found: dict[Key, dict[str, Any]] = {}
-        token = ""
+        listing = self.bounds.listing(self.digests)
+        token, limit = "", PAGE
+        metadata: Mapping[str, Any] = {}
         while True:
             self.lists += 1
-            body = json.loads(self._get(limit=PAGE, continue_=token or None,
-                                        _request_timeout=DEFAULT_REQUEST_TIMEOUT).data)
+            body = self._page(limit, token)
+            if body is None:  # a page over max_page_bytes: ask again for fewer objects
+                if limit > 1:
+                    limit = max(1, limit // 8)
+                    continue
+                listing.unreadable(self.max_page_bytes)
+                break
             for item in body.get("items") or []:
                 if isinstance(item, dict):
-                    self._keep(found, item, {})
+                    listing.add(_key(item), trimmed(item, self.bounds.max_object_bytes))
             metadata = body.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:
@@ -195,21 +220,47 @@ class CollectionWatch:
             log.info("%s objects readable again", self.kind, extra={"node": self.node_name, "event": "crd-present"})
             self.absent = None
         self.absent_backoff.reset()
-        self._replace(found)
+        if listing.bounded is None:
+            self._replace(listing.found)
+        else:
+            self._apply(listing.known_changes())
+        self.bounds.report(listing.bounded)
 
-    def _keep(self, into: dict[Key, dict[str, Any]], obj: Mapping[str, Any], known: Mapping[Key, str]) -> None:
-        key = _key(obj)
-        if key not in known and key not in into and len(known) + len(into) >= self.max_objects:
-            log.warning("more than %d %s objects; %s/%s left out", self.max_objects, self.kind, *key,
-                        extra={"node": self.node_name, "event": "objects-bounded"})
-            return
-        into[key] = trimmed(obj)
+    def _page(self, limit: int, token: str) -> Any:
+        """One LIST page as JSON, or None when its body is over ``max_page_bytes`` (not read on)."""
+        response = self._get(limit=limit, continue_=token or None, _request_timeout=DEFAULT_REQUEST_TIMEOUT)
+        chunks, size = [], 0
+        try:
+            while chunk := response.read(256 * 1024):
+                size += len(chunk)
+                if size > self.max_page_bytes:
+                    return None
+                chunks.append(chunk)
+        finally:
+            response.close()
+        return json.loads(b"".join(chunks))
 
     def _replace(self, found: dict[Key, dict[str, Any]]) -> None:
         digests = {key: _digest(obj) for key, obj in found.items()}
-        if digests != self.digests:
-            self.digests = digests
+        self.bounds.sizes = {key: int(obj.get("specBytes") or 0) for key, obj in found.items()}
+        if digests != self.digests or not self.delivered:
+            self.digests, self.delivered = digests, True
             self.on_change(dict(found), True)
+
+    def _apply(self, changes: Mapping[Key, dict[str, Any] | None]) -> None:
+        """Deliver the changes that differ from what was delivered before."""
+        delivered: dict[Key, dict[str, Any] | None] = {}
+        for key, obj in changes.items():
+            if obj is None:
+                if self.digests.pop(key, None) is not None:
+                    self.bounds.sizes.pop(key, None)
+                    delivered[key] = None
+            elif self.digests.get(key) != (digest := _digest(obj)):
+                self.digests[key] = digest
+                self.bounds.sizes[key] = int(obj.get("specBytes") or 0)
+                delivered[key] = obj
+        if delivered:
+            self.on_change(delivered, False)
 
     def _watch(self) -> None:
         self.watches += 1
@@ -248,11 +299,10 @@ class CollectionWatch:
             return
         key = _key(obj)
         if kind == "DELETED":
-            if self.digests.pop(key, None) is not None:
-                self.on_change({key: None}, False)
+            self._apply({key: None})
+            if self.bounds.bounded is not None:
+                raise WatchExpired()  # room again, perhaps: a LIST tells
             return
-        changed: dict[Key, dict[str, Any]] = {}
-        self._keep(changed, obj, self.digests)
-        if key in changed and self.digests.get(key) != (digest := _digest(changed[key])):
-            self.digests[key] = digest
-            self.on_change(changed, False)
+        found = trimmed(obj, self.bounds.max_object_bytes)
+        if self.bounds.admit(key, found, known=key in self.digests):
+            self._apply({key: found})

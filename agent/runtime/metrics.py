@@ -47,6 +47,15 @@ class AgentMetrics:
             "nfa_feature_undetermined",
             "1 while a read of a discovery feature fails and what it decides is held at its last value",
             ["feature"], registry=r)
+        self.cluster_bounded = Gauge(
+            "nfa_cluster_objects_bounded",
+            "1 while a bound on NFD's objects in the cluster is passed (bound: NodeFeatureRule, NodeFeature: "
+            "objects or bytes; budget: all rule objects together) and what they gave is held",
+            ["bound"], registry=r)
+        self.cluster_undetermined = Gauge(
+            "nfa_cluster_objects_undetermined",
+            "1 while the output of NFD's objects in the cluster cannot be told and every owned item is held",
+            registry=r)
         self.partially_applied = Gauge(
             "nfa_node_partially_applied",
             "1 while the agent's Node carries only part of the last pass's writes (e.g. a label without its extended resource)",

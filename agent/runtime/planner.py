@@ -7,6 +7,9 @@ the run loop owns:
 * labels and extended resources an undetermined feature decides, with no earlier answer to
   keep (``DiscoveryCache.unanswered_labels``), are held as the Node has them
   (``agent.rules.held``); when a templated rule reads such a feature, every label is;
+* while the cluster's NFD objects cannot be told (``ClusterObjects.undetermined``: not read
+  yet, a bound passed with no earlier read to keep), every owned item is held
+  (``hold_everything``);
 * with ``--device-plugin=on`` the resources the device plugin serves are handed to kubelet
   (``device_service.hand_to_kubelet``).
 
@@ -39,6 +42,7 @@ class NodePlanner:
     held: frozenset[str] | None  # the label keys it decides; None: every label
     held_resources: frozenset[str]  # the extended resources it decides
     handing_over: bool  # --device-plugin=on
+    hold_everything: bool = False  # the cluster's objects are undetermined
 
     @classmethod
     def build(cls, found: Discovery, catalogue: rules.Catalogue, options: rules.RuleOptions | None,
@@ -54,6 +58,8 @@ class NodePlanner:
         if self.holding:
             state = dataclasses.replace(state, held_labels=self.held or frozenset(), hold_every_label=self.held is None,
                                         held_resources=self.held_resources)
+        if self.hold_everything:
+            state = dataclasses.replace(state, hold_everything=True)
         if self.handing_over:
             state = hand_to_kubelet(state)
         return state

@@ -40,6 +40,7 @@ class Settings:
     watch_node: bool = True
     watch_rules: bool = True
     rules_from_cluster: bool = False  # NodeFeatureRule/NodeFeature objects (agent.runtime.cluster_objects)
+    enable_taints: bool = False  # taints from NodeFeatureRule objects (nfd-master's -enable-taints)
     watch_timeout: int = DEFAULT_WATCH_TIMEOUT
     watch_read_timeout: float = DEFAULT_READ_TIMEOUT
     fresh_node_age: float = 150.0

@@ -253,11 +253,12 @@ def test_a_watch_expired_midstream_lists_again_and_follows(cluster: Any) -> None
     wait_for(lambda: not [k for k in labels_of(server) if k.startswith("intel.")], what="labels removed")
 
 
-def test_the_watch_keeps_digests_only_and_a_bounded_number() -> None:
+def test_the_watch_keeps_digests_only_and_a_bound_holds_instead_of_dropping() -> None:
     delivered: list[tuple[dict[Any, Any], bool]] = []
+    bounded: list[str | None] = []
     watch = cluster_watch.CollectionWatch(None, "nodefeaturerules", "NodeFeatureRule",
                                           lambda changes, everything: delivered.append((dict(changes), everything)),
-                                          max_objects=2)
+                                          max_objects=2, on_bounded=bounded.append)
 
     def event(kind: str, name: str, spec: Any) -> None:
         obj = {"metadata": {"name": name, "resourceVersion": "7", "managedFields": [{"big": "x" * 100}]}, "spec": spec}
@@ -265,12 +266,15 @@ def test_the_watch_keeps_digests_only_and_a_bounded_number() -> None:
 
     event("ADDED", "a", {"rules": []})
     event("ADDED", "b", {"rules": []})
-    event("ADDED", "c", {"rules": []})  # over the bound: left out
+    event("ADDED", "c", {"rules": []})  # over the bound: not delivered, the collection is bounded once
+    event("ADDED", "d", {"rules": []})
     event("MODIFIED", "a", {"rules": []})  # no change: nothing delivered
-    event("MODIFIED", "a", {"rules": [{"name": "x"}]})
-    event("DELETED", "b", None)
+    event("MODIFIED", "a", {"rules": [{"name": "x"}]})  # a known object is still followed
+    with pytest.raises(cluster_watch.WatchExpired):  # a deletion while bounded: LIST again
+        event("DELETED", "b", None)
     assert [(sorted(k[1] for k in changes), everything) for changes, everything in delivered] == \
         [(["a"], False), (["b"], False), (["a"], False), (["b"], False)]
     assert delivered[2][0][("", "a")] == {"apiVersion": None, "kind": None, "metadata": {"name": "a", "namespace": None},
-                                          "spec": {"rules": [{"name": "x"}]}}
+                                          "spec": {"rules": [{"name": "x"}]}, "specBytes": 24}
     assert set(watch.digests) == {("", "a")} and all(isinstance(d, str) for d in watch.digests.values())
+    assert len(bounded) == 1 and "over 2 NodeFeatureRule objects" in str(bounded[0]) and "c" in str(bounded[0])
