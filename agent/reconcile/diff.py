@@ -386,3 +386,26 @@ def plan_node_changes(
         clashes=tuple(clashes + ann_clashes + res_clashes + taint_clashes),
         refused=tuple(refused),
     )
+
+
+def annotations_after(live: LiveNode, node_plan: NodePlan) -> int:
+    """Bytes of the Node's annotations once ``node_plan``'s ownership record is written (its other
+    annotations as they are now: the server judges a new one, and a refused one is skipped),
+    counted as the API server counts its budget (``ValidateAnnotationsSize``: key and value
+    lengths in bytes)."""
+    annotations = dict(live.annotations)
+    patch = ((node_plan.metadata_patch or {}).get("metadata") or {}).get("annotations") or {}
+    for key, value in patch.items():
+        if key not in OWNERSHIP_ANNOTATIONS:
+            continue
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    for op in node_plan.status_ops:
+        if op.get("path") == f"/metadata/annotations/{escape_pointer(ANNOTATION_OWNED_RESOURCES)}":
+            if op.get("op") == "remove":
+                annotations.pop(ANNOTATION_OWNED_RESOURCES, None)
+            else:
+                annotations[ANNOTATION_OWNED_RESOURCES] = str(op.get("value"))
+    return sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())

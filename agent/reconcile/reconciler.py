@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.desired import DesiredNodeState, Problem, Taint
+from agent.k8s_validation import ANNOTATIONS_TOTAL_MAX
 from agent.reconcile import events as ev
 from agent.reconcile.backoff import Backoff, BackoffSettings
 from agent.reconcile.claims import (
@@ -33,7 +34,7 @@ from agent.reconcile.claims import (
     unattributed_labels,
 )
 from agent.reconcile.contest import Contests, ContestSettings
-from agent.reconcile.diff import plan_node_changes
+from agent.reconcile.diff import annotations_after, plan_node_changes
 from agent.reconcile.model import ItemRef, LiveNode, NodePlan, wanted_items
 from agent.reconcile.node_api import (
     Conflict,
@@ -138,6 +139,7 @@ class Reconciler:
         self._partial: tuple[str, ...] = ()
         self._partial_since: float | None = None
         self._clock = clock
+        self._annotations_over = False  # the last plan would have passed the annotation budget
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -238,10 +240,30 @@ class Reconciler:
         if node_plan.empty and self._startup_taints_due(live, run):
             run.remove_startup = True
             node_plan = self._plan_changes(live, run, ownership)
+        if not node_plan.empty and self._over_annotation_budget(live, node_plan, run):
+            return self._result(live, run, None)
         self._report(live, node_plan, run)
         for problem in self._refused.problems():
             run.note(problem)
         return node_plan
+
+    def _over_annotation_budget(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> bool:
+        """A write that would take the Node's annotations (the ownership record among them) past
+        the API server's budget is not sent: the Node stays as it is, the problem is in the
+        outcome every pass and in one Warning Event until the plan fits again."""
+        size = annotations_after(live, node_plan)
+        if size <= ANNOTATIONS_TOTAL_MAX:
+            self._annotations_over = False
+            return False
+        text = (f"the next write would leave the Node's annotations at {size} bytes, over the API server's "
+                f"{ANNOTATIONS_TOTAL_MAX}-byte budget (the ownership record lists every item the agent owns); "
+                "not sent, the Node is left as it is: produce fewer labels or shorter keys")
+        run.note(Problem("reconcile", "annotations", text))
+        if not self._annotations_over:
+            self._annotations_over = True
+            self.notices.not_sent(Problem("reconcile", "annotations", text))
+            self.events.record(live.uid, ev.REASON_ANNOTATIONS_OVER_BUDGET, text, warning=True)
+        return True
 
     def _plan_changes(self, live: LiveNode, run: _Pass, ownership: Ownership) -> NodePlan:
         assert run.desired is not None

@@ -99,9 +99,11 @@ def _rule_cost(rule: Any) -> Cost:
         outputs += len(taints)
         output_bytes += sum(_size(t.get("key", "")) + _size(t.get("value", "")) + _size(t.get("effect", ""))
                             for t in taints if isinstance(t, Mapping))
-    branches = rule.get("matchAny") if isinstance(rule.get("matchAny"), list) else []
-    matchers = _matchers(rule.get("matchFeatures")) + sum(
-        _matchers(b.get("matchFeatures")) for b in branches if isinstance(b, Mapping))
+    raw_any = rule.get("matchAny")
+    branches: list[Any] = raw_any if isinstance(raw_any, list) else []
+    matchers = _matchers(rule.get("matchFeatures"))
+    for branch in branches:
+        matchers += _matchers(branch.get("matchFeatures")) if isinstance(branch, Mapping) else 0
     templates = sum(1 for name in ("labelsTemplate", "varsTemplate") if rule.get(name))
     return Cost(1, outputs, output_bytes, matchers, templates * (1 + len(branches)))
 

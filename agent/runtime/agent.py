@@ -325,7 +325,7 @@ class Agent:
         self.metrics.cluster_undetermined.set(1 if why else 0)
         if why != self._cluster_held:
             if why:
-                log.warning("cluster objects undetermined (%s): every item the agent owns on the Node is held",
+                log.info("cluster objects undetermined (%s): every item the agent owns on the Node is held",
                             why, extra={"node": self.settings.node_name, "event": "cluster-held"})
             elif self._cluster_held:
                 log.info("cluster objects read: nothing held for them any more",

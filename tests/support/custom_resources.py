@@ -203,6 +203,7 @@ class CustomResources:
             raise invalid_error(f"{names['kind']}.{group}", obj_name, causes)
         store, ns = self.server.store, obj["metadata"].get("namespace", "")
         if method == "POST":
+            _fits_etcd(obj)
             return store.create(plural, obj)
         expected = obj["metadata"].pop("resourceVersion", None)
 
@@ -211,5 +212,20 @@ class CustomResources:
                 raise ApiError(409, status_body(409, f'Operation cannot be fulfilled on {plural}.{group} "{obj_name}": '
                                                      "the object has been modified; please apply your changes to the "
                                                      "latest version and try again", name=obj_name, kind=plural))
-            return {**obj, "metadata": {**current["metadata"], **obj["metadata"]}}
+            return _fits_etcd({**obj, "metadata": {**current["metadata"], **obj["metadata"]}})
         return store.update(plural, obj_name, replace, ns)[0]
+
+
+#: etcd's ``--max-request-bytes`` default (``DefaultMaxRequestBytes = 1.5 * 1024 * 1024``, etcd
+#: ``server/embed/config.go``); a custom resource is stored as JSON, so its JSON is what counts
+ETCD_MAX_REQUEST_BYTES = 1536 * 1024
+
+
+def _fits_etcd(obj: dict[str, Any]) -> dict[str, Any]:
+    """A custom resource etcd would refuse: the 500 kube-apiserver answers with etcd's text
+    (kubernetes/kubernetes #74600, #112152: ``etcdserver: request is too large``, code 500)."""
+    from tests.support.apiserver import ApiError, status_body
+
+    if len(json.dumps(obj, separators=(",", ":")).encode()) > ETCD_MAX_REQUEST_BYTES:
+        raise ApiError(500, status_body(500, "etcdserver: request is too large"))
+    return obj
