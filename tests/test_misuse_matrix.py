@@ -4,6 +4,13 @@ Each case runs the real CLI as a process and asserts: the exit code, exactly one
 stderr naming the problem, no traceback, and — for the commands that talk to a cluster — a
 Node on the in-repo API server left exactly as it was (same object, same resourceVersion).
 A wrong flag must never strip a Node.
+
+Hostile cluster input (a tenant's NFD objects; the agent in-process against the in-repo server,
+in ``tests/runtime/test_hostile_objects.py``): an object's NoExecute taints without
+``--enable-taints`` (``test_taints_from_an_object_need_enable_taints``), 1,001 junk objects
+named before a legitimate one (``test_more_objects_than_the_bound_named_first_keep_the_legitimate_label_after_a_restart``),
+one object of 10,000 rules (``test_an_object_with_10000_rules_is_refused_before_it_is_parsed``),
+an object over etcd's limit (``test_the_server_refuses_an_object_over_etcds_request_limit``).
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ sysfs devices vanishing mid-scan       test_host_faults::test_sysfs_devices_vani
 device file unreadable (EISDIR, FIFO)  test_unreadable_host::test_run_keeps_the_coral_while_it_cannot_be_read  test_unreadable_host::test_apply_keeps_the_coral_while_its_vendor_file_cannot_be_read
 out of descriptors (EMFILE)            test_unreadable_host::test_apply_out_of_descriptors_leaves_the_node_as_it_is  test_misuse_matrix::test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was
 idle-client flood on the metrics port  test_misuse_matrix::test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent
+NodeFeatureRule taints, NoExecute      runtime/test_hostile_objects::test_taints_from_an_object_need_enable_taints
+>1,000 objects named first, restart    runtime/test_hostile_objects::test_more_objects_than_the_bound_named_first_keep_the_legitimate_label_after_a_restart
+one object of 10,000 rules (1.4 MiB)   runtime/test_hostile_objects::test_an_object_with_10000_rules_is_refused_before_it_is_parsed  bench/hostile_objects.py
+ownership record past 256 KiB          reconcile/test_annotation_budget::test_a_record_over_the_annotation_budget_is_not_sent
 =====================================  ====================================================  =========================
 
 The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;

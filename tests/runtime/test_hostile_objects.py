@@ -180,8 +180,9 @@ def test_the_server_refuses_an_object_over_etcds_request_limit() -> None:
     too_big = rule_object("too-big", [{"name": f"r{i}", "labels": {f"example.com/l{i}": "true"},
                                        "matchFeatures": MATCH} for i in range(12_000)])
     with FakeApiServer(nfd_crds=True) as server:
-        from agent.reconcile.light_core import LightCoreV1Api
         from kubernetes.client.api_client import ApiClient
+
+        from agent.reconcile.light_core import LightCoreV1Api
 
         core = LightCoreV1Api(ApiClient(server.client_configuration()))
         with pytest.raises(ApiException) as refused:
