@@ -317,6 +317,14 @@ def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], want: Mapping[tup
     return new_list, record, changes, clashes
 
 
+def _held_others(desired: DesiredNodeState, owned: Ownership, skip: Collection[ItemRef]
+                 ) -> tuple[frozenset[str], Collection[ItemRef]]:
+    """The extended resources held, and the taints left exactly as they are (skipped or held)."""
+    if not desired.hold_everything:
+        return desired.held_resources, skip
+    return owned.resources, {*skip, *(taint_ref(*t) for t in owned.taints)}
+
+
 def plan_node_changes(
     live: LiveNode,
     desired: DesiredNodeState,
@@ -335,13 +343,12 @@ def plan_node_changes(
 
     label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
                                                              held=_held_labels(desired))
-    everything = desired.hold_everything
+    held_resources, taint_skip = _held_others(desired, owned, skip)
     ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip,
-                                                            "annotation", held=lambda key: everything)
-    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(
-        live, owned.resources, resources, skip, owned.resources if everything else desired.held_resources)
-    held_taints = frozenset(taint_ref(*t) for t in owned.taints) if everything else frozenset()
-    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, {*skip, *held_taints},
+                                                            "annotation", held=lambda key: desired.hold_everything)
+    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip,
+                                                                               held_resources)
+    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, taint_skip,
                                                                      remove_foreign_taints)
 
     records = {

@@ -52,20 +52,25 @@ class Listing:
         if not self.over and len(self.found) < b.max_objects and self.total + size <= b.max_bytes:
             self.found[key], self.total = obj, self.total + size
             return
-        if not self.over:  # the first object over a bound: the unknown ones kept so far go too
-            self.over = True
-            self.over_bytes = self.total + size > b.max_bytes and len(self.found) < b.max_objects
-            dropped = [k for k in self.found if k not in self.known]
-            self.left_out = [_name(k) for k in dropped[:SHOWN]]
-            self.left_out_count = len(dropped)
-            self.found = {k: v for k, v in self.found.items() if k in self.known}
-            self.total = sum(cost(v) for v in self.found.values())
+        if not self.over:
+            self._pass_bound(size)
         if key in self.known and self.total + size <= b.max_bytes:
             self.found[key], self.total = obj, self.total + size
             return
         self.left_out_count += 1
         if len(self.left_out) < SHOWN:
             self.left_out.append(_name(key))
+
+    def _pass_bound(self, size: int) -> None:
+        """The first object over a bound: the unknown objects kept so far go too."""
+        b = self.bounds
+        self.over = True
+        self.over_bytes = self.total + size > b.max_bytes and len(self.found) < b.max_objects
+        dropped = [k for k in self.found if k not in self.known]
+        self.left_out = [_name(k) for k in dropped[:SHOWN]]
+        self.left_out_count = len(dropped)
+        self.found = {k: v for k, v in self.found.items() if k in self.known}
+        self.total = sum(cost(v) for v in self.found.values())
 
     def unreadable(self, page_bytes: int) -> None:
         self.cut = f"a LIST page of one {self.bounds.kind} object is over {page_bytes} bytes; the rest was not read"

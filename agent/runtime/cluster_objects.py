@@ -163,11 +163,7 @@ class ClusterObjects:
         if everything:
             gone |= set(self._rules) - set(changes)
         changed = gone & set(self._rules)
-        for name in gone:
-            self._rules.pop(name, None)
-            self._reported.pop(name, None)
-            self._unanswered.discard(name)
-            self._over.pop(name, None)
+        self._forget(gone)
         for name, obj in sorted(changes.items()):
             if obj is None:
                 continue
@@ -190,6 +186,13 @@ class ClusterObjects:
             self._rules[name] = (digest, rule_set, tuple(problems), object_cost(obj))
             changed.add(name)
         return bool(changed)
+
+    def _forget(self, names: set[str]) -> None:
+        for name in names:
+            self._rules.pop(name, None)
+            self._reported.pop(name, None)
+            self._unanswered.discard(name)
+            self._over.pop(name, None)
 
     def _over_budget(self, name: str, digest: str, obj: Mapping[str, Any],
                      previous: tuple[str, RuleSet | None, tuple[Problem, ...], Cost] | None) -> bool:
