@@ -236,9 +236,9 @@ class Controller:
             state = self._states.setdefault(key, _PodState(self._clock()))
             state.attempts += 1
         namespace = str((pod.get("metadata") or {}).get("namespace", ""))
-        hard = self._mono(deadline)
-        choice = self.lookups.on_error(namespace, self.decision_due(state, hard))
-        until = self.decision_due(state, hard, choice)
+        hard, started = self._mono(deadline), self._clock()
+        choice = self.lookups.on_error(namespace, self.decision_due(state, hard, started))
+        until = self.decision_due(state, hard, started, choice)
         try:
             answers = self._resolve(pod, until)
         except ImageError as exc:
@@ -286,13 +286,13 @@ class Controller:
         self._write(pod, podspec.ungate_patch(pod, keep_label=True), "skipped", "ArchPlacementSkipped", event_type,
                     f"gate removed without architecture affinity: {why}")
 
-    def decision_due(self, state: _PodState, hard: float, choice: policy.OnError | None = None) -> float:
-        """When this attempt's decision is due (controller clock): the end of the retry window
-        while it lasts, unless the namespace holds (``choice`` None: not known yet, the
-        earlier bound); otherwise the hard deadline ``hard``."""
+    def decision_due(self, state: _PodState, hard: float, started: float, choice: policy.OnError | None = None) -> float:
+        """When the decision of the attempt that ``started`` is due (controller clock): the end
+        of the retry window when it started within it, unless the namespace holds (``choice``
+        None: not known yet, the earlier bound); otherwise the hard deadline ``hard``."""
         window_end = min(state.first_attempt + self.config.bounds.retry_window, hard)
         holding = choice is not None and choice.mode == policy.HOLD
-        return hard if holding or self._clock() >= window_end else window_end
+        return hard if holding or started >= window_end else window_end
 
     def _resolve(self, pod: Json, until: float) -> list[decide.ImageAnswer]:
         keyring = self.lookups.keyring(pod, until)
