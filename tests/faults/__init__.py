@@ -32,9 +32,19 @@ sysfs devices vanishing mid-scan       test_host_faults::test_sysfs_devices_vani
 device file unreadable (EISDIR, FIFO)  test_unreadable_host::test_run_keeps_the_coral_while_it_cannot_be_read  test_unreadable_host::test_apply_keeps_the_coral_while_its_vendor_file_cannot_be_read
 out of descriptors (EMFILE)            test_unreadable_host::test_apply_out_of_descriptors_leaves_the_node_as_it_is  test_misuse_matrix::test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was
 idle-client flood on the metrics port  test_misuse_matrix::test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent
+placement label removed while gated    placement/test_promises::test_a_gated_pod_whose_label_changes_is_released_without_affinity[None-Warning]  test_misuse_matrix::test_placement_releases_gated_pods_whatever_their_labels_and_cuts_a_silent_registry
+placement opt-out set while gated      placement/test_promises::test_a_gated_pod_whose_label_changes_is_released_without_affinity[disabled-Normal]  (the same misuse case)
+placement label changed, no controller placement/test_promises::test_a_label_changed_while_no_controller_ran_is_found_by_the_sweep  (the same misuse case)
+gated pod deleted                      placement/test_promises::test_a_gated_pod_deleted_costs_one_read_and_no_write
+registry accepts, never answers        placement/test_promises::test_a_hanging_registry_is_cut_at_the_retry_window  images/test_resolve_failures::test_a_silent_registry_times_out_within_the_bound
+ (retry window; hold: hard deadline)   placement/test_promises::test_hold_against_a_hanging_registry_is_cut_at_the_hard_deadline
+API holds a namespace read 10 s        placement/test_promises::test_a_namespace_read_that_hangs_is_cut_at_the_retry_window
 =====================================  ====================================================  =========================
 
-The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
+The placement rows run the placement controller (in-process, and as the ``placement``
+command in the misuse case) against the in-repo API server, with a socket that accepts and
+never answers as the registry; they assert the gate released, the Event and outcome, and the
+registry requests counted. The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
 the kubelet restarts run on the edge-ai host with the kubelet stand-in (``tests/deviceplugin``)
 and check registration, not Node writes. The narrower tests check one component or the final state only; the cases here add the
 whole loop, the foreign seed and the per-write ledger. Backoffs are shrunk (50-200 ms) so the

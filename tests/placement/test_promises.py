@@ -79,7 +79,7 @@ def held_gated(server: FakeApiServer, running: InProcess, name: str) -> None:
 def test_a_gated_pod_whose_label_changes_is_released_without_affinity(
         server: FakeApiServer, silent: str, value: str | None, event_type: str) -> None:
     gated_pod(server, "held", "p", [f"{silent}/test/pair:1"])
-    with InProcess(server, silent, HOLD) as running:
+    with InProcess(server, silent, HOLD, request_timeout=0.5, total_timeout=1.0) as running:
         held_gated(server, running, "p")
         relabel(server, "held", "p", value)
         pod = ungated(server, "held", "p")
@@ -94,7 +94,7 @@ def test_a_gated_pod_whose_label_changes_is_released_without_affinity(
 
 def test_a_gated_pod_deleted_costs_one_read_and_no_write(server: FakeApiServer, silent: str) -> None:
     gated_pod(server, "held", "gone", [f"{silent}/test/pair:1"])
-    with InProcess(server, silent, HOLD) as running:
+    with InProcess(server, silent, HOLD, request_timeout=0.5, total_timeout=1.0) as running:
         held_gated(server, running, "gone")
         CoreV1Api(ApiClient(server.client_configuration())).delete_namespaced_pod("gone", "held")
         wait_for(lambda: [r.status for r in server.requests if r.method == "GET" and r.path.endswith("/pods/gone")]
@@ -108,7 +108,7 @@ def test_a_label_changed_while_no_controller_ran_is_found_by_the_sweep(server: F
     """The watch never shows this pod: the Pending sweep at leadership does."""
     gated_pod(server, "held", "quiet", [f"{silent}/test/pair:1"])
     relabel(server, "held", "quiet", podspec.OPTED_OUT)
-    with InProcess(server, silent, HOLD) as running:
+    with InProcess(server, silent, HOLD, request_timeout=0.5, total_timeout=1.0) as running:
         pod = ungated(server, "held", "quiet")
         _reason, kind, _message = wait_event(server, "quiet", "ArchPlacementSkipped")
         assert running.controller.sweeps >= 1
@@ -127,7 +127,8 @@ class RecordingResolver:
     def resolve(self, reference: str, credentials: Any = None, *, pull_always: bool = False,
                 deadline: float | None = None) -> Any:
         self.deadlines.append(deadline)
-        return self.real.resolve(reference, credentials, pull_always=pull_always, deadline=deadline)
+        bound = {} if deadline is None else {"deadline": deadline}
+        return self.real.resolve(reference, credentials, pull_always=pull_always, **bound)
 
 
 def test_a_hanging_registry_is_cut_at_the_retry_window(server: FakeApiServer, silent: str) -> None:
@@ -143,8 +144,8 @@ def test_a_hanging_registry_is_cut_at_the_retry_window(server: FakeApiServer, si
         first = running.controller._states["apps/slow"].first_attempt
         pod = ungated(server, "apps", "slow")
         _reason, kind, message = wait_event(server, "slow", "ArchInspectionFailed")
-    assert spy.deadlines == [pytest.approx(first + 1.5, abs=1e-3)]  # the window's end, on the same clock
     assert running.resolver.counters().requests == {(silent, "error"): 1}
+    assert spy.deadlines == [pytest.approx(first + 1.5, abs=1e-3)]  # the window's end, on the same clock
     assert outcome(running, "inspection_failed") == 1 and terms_of(pod) == []
     assert kind == "Warning" and "timed out" in message
 
@@ -159,8 +160,8 @@ def test_hold_against_a_hanging_registry_is_cut_at_the_hard_deadline(server: Fak
         _reason, kind, _message = wait_event(server, "h", "ArchGateTimedOut")
     created = created_at(pod)
     assert created is not None
-    assert len(spy.deadlines) == 1 and spy.deadlines[0] == pytest.approx(running.controller._mono(created + 4.0), abs=0.05)
     assert running.resolver.counters().requests == {(silent, "error"): 1}
+    assert len(spy.deadlines) == 1 and spy.deadlines[0] == pytest.approx(running.controller._mono(created + 4.0), abs=0.05)
     assert kind == "Warning" and terms_of(pod) == []
 
 
