@@ -448,3 +448,83 @@ def test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was(tmp_path, stat
         assert result.returncode == 0 and "Traceback" not in result.stderr, (state, result.stderr[-2000:])
         assert server.node(NODE) == labelled, f"{state} changed the Node"
         assert [e for e in server.events() if e["reason"] == "DiscoveryReadFailed" and e["type"] == "Warning"]
+
+
+class _SilentRegistry:
+    """A registry host that accepts every connection and never answers; counts connections
+    (the resolver opens one per request: a timed-out connection is not reused)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.2)
+        self.host = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self.accepted: list[object] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                continue
+            self.accepted.append(conn)
+
+    def __enter__(self) -> _SilentRegistry:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for conn in self.accepted:
+            conn.close()  # type: ignore[attr-defined]
+        self._listener.close()
+
+
+def test_placement_releases_gated_pods_whatever_their_labels_and_cuts_a_silent_registry(tmp_path):
+    """The ``placement`` command against hostile states: two gated pods whose placement label
+    was removed or set to ``disabled`` before the controller started (the watch never shows
+    them; the Pending sweep does), and a pod whose registry accepts and never answers, with a
+    1 s retry window and the default 5 s request timeout. All three released, the silent
+    registry asked exactly once (uncut: three 5 s requests before the decision), exit 0 on
+    SIGTERM, no traceback."""
+    from kubernetes.client.api_client import ApiClient
+
+    from agent.placement import podspec
+    from agent.placement.kube import PlacementApi
+    from agent.placement.policy import ON_ERROR_ANNOTATION
+    from tests.placement.harness import events_for, gated_pod, start_command, ungated, wait_event
+
+    with _SilentRegistry() as registry, FakeApiServer() as server:
+        server.add_namespace("apps")
+        server.add_namespace("held", annotations={ON_ERROR_ANNOTATION: "hold"})
+        api = PlacementApi(ApiClient(server.client_configuration()))
+        image = [f"{registry.host}/test/pair:1"]
+        for name, value in (("removed", None), ("opted-out", podspec.OPTED_OUT)):
+            gated_pod(server, "held", name, image)
+            api.patch_pod("held", name, {"metadata": {"labels": {podspec.SELECTOR_LABEL: value}}})
+        gated_pod(server, "apps", "silent", image)
+        log = tmp_path / "placement.log"
+        proc = start_command(server.kubeconfig(tmp_path / "kubeconfig"), registry.host, "--leader-elect", "off",
+                             "--retry-window", "1", "--watchdog-interval", "1", log=log)
+        try:
+            released = {name: ungated(server, "held", name) for name in ("removed", "opted-out")}
+            silent = ungated(server, "apps", "silent")
+            skipped = {name: wait_event(server, name, "ArchPlacementSkipped")[1] for name in released}
+            failed = wait_event(server, "silent", "ArchInspectionFailed")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+    assert code == 0 and "Traceback" not in log.read_text()
+    assert skipped == {"removed": "Warning", "opted-out": "Normal"}
+    assert [released[n]["metadata"].get("labels", {}).get(podspec.SELECTOR_LABEL) for n in ("removed", "opted-out")] \
+        == [None, podspec.OPTED_OUT]
+    assert not (silent["spec"].get("affinity") or {}).get("nodeAffinity")
+    assert failed[1] == "Warning" and [e[0] for e in events_for(server, "silent")] == ["ArchInspectionFailed"]
+    assert len(registry.accepted) == 1

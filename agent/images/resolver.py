@@ -13,7 +13,11 @@ namespace's secret fetched is never answered to a caller without it:
 - tag -> digest: kept ``tag_ttl`` seconds (a tag can move); bypassed for
   ``imagePullPolicy: Always`` (``pull_always=True``), as the kubelet would ask the registry;
 - one resolution in flight per (credentials, reference): concurrent callers wait for it and
-  share its answer or its error.
+  share its answer or its error (each waits no longer than its own ``deadline``).
+
+Time: one resolution ends by ``total_timeout`` after it starts, or by the caller's
+``deadline`` when that is earlier; every request's connect and read timeout, every backoff
+and every wait is cut to what is left of it (``transport.py``).
 
 Thread-safe: one resolver serves every worker thread of a controller.
 """
@@ -26,13 +30,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from agent.images.auth import Authenticator
 from agent.images.counters import Counters, CounterSnapshot
 from agent.images.credentials import Credential, Keyring
-from agent.images.errors import InvalidManifestError, NotFoundError, UnauthorizedError
+from agent.images.errors import InvalidManifestError, NotFoundError, RegistryUnavailableError, UnauthorizedError
 from agent.images.manifests import (
     check_digest,
     config_descriptor,
@@ -128,14 +133,17 @@ class Resolver:
         return self._counters.snapshot()
 
     def resolve(self, reference: str, credentials: Keyring | None = None, *,
-                pull_always: bool = False) -> ImagePlatforms:
+                pull_always: bool = False, deadline: float | None = None) -> ImagePlatforms:
         """The platforms ``reference`` runs on, asking the registry only what the caches cannot
         answer.
 
         ``credentials``: the keyring made from the pod's pull secrets (``None`` or an empty
         keyring: anonymous). As kubelet does, every credential the keyring matches is tried
         in order until one is let in; ``pull_always``: the container's ``imagePullPolicy`` is
-        ``Always`` (the tag is looked up again; a known digest's platforms are still reused).
+        ``Always`` (the tag is looked up again; a known digest's platforms are still reused);
+        ``deadline``: the time (on the resolver's clock, ``time.monotonic`` by default) by which
+        the caller needs the answer; past it the resolution fails with a transient
+        :class:`~agent.images.errors.RegistryUnavailableError`.
         Raises an :class:`~agent.images.errors.ImageError` subclass.
         """
         image = parse_reference(reference)
@@ -148,9 +156,14 @@ class Resolver:
             if future is None:
                 future = self._in_flight[key] = Future()
         if not leader:
-            return replace(future.result(), reference=reference)
+            wait = None if deadline is None else max(0.0, deadline - self._clock())
+            try:
+                return replace(future.result(timeout=wait), reference=reference)
+            except FutureTimeout:
+                raise RegistryUnavailableError(reference, "time bound reached waiting for the same image's "
+                                                          "lookup in flight") from None
         try:
-            answer = self._resolve(reference, image, creds, identity, pull_always)
+            answer = self._resolve(reference, image, creds, identity, pull_always, deadline)
             future.set_result(answer)
             return answer
         except BaseException as exc:
@@ -161,8 +174,9 @@ class Resolver:
                 del self._in_flight[key]
 
     def _resolve(self, reference: str, image: ImageReference, creds: tuple[Credential, ...], identity: str,
-                 pull_always: bool) -> ImagePlatforms:
-        call = Call(reference, self._clock() + self.config.total_timeout)
+                 pull_always: bool, deadline: float | None) -> ImagePlatforms:
+        bound = self._clock() + self.config.total_timeout
+        call = Call(reference, bound if deadline is None else min(bound, deadline))
         first_refusal: UnauthorizedError | NotFoundError | None = None
         for credential in creds or (None,):
             try:

@@ -28,8 +28,11 @@ def _json(response: Any) -> Json:
 class PlacementApi(LightCoreV1Api):
     """Pods, namespaces, secrets, events and leases."""
 
-    def list_pods(self, label_selector: str = "", limit: int = 0, continue_token: str = "", timeout: float = 60.0) -> Json:
+    def list_pods(self, label_selector: str = "", limit: int = 0, continue_token: str = "", timeout: float = 60.0,
+                  field_selector: str = "") -> Json:
         query = [("labelSelector", label_selector)] if label_selector else []
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         if limit:
             query.append(("limit", str(limit)))
         if continue_token:
@@ -50,12 +53,13 @@ class PlacementApi(LightCoreV1Api):
         return _json(self._call("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}",
                                 {"namespace": namespace, "name": name}, body=body, content_type=MERGE_PATCH))
 
-    def get_namespace(self, name: str) -> Json:
-        return _json(self._call("GET", "/api/v1/namespaces/{name}", {"name": name}))
+    def get_namespace(self, name: str, timeout: float | None = None) -> Json:
+        """``timeout``: seconds for the whole request (None: the client's default)."""
+        return _json(self._call("GET", "/api/v1/namespaces/{name}", {"name": name}, _request_timeout=timeout))
 
-    def get_secret(self, namespace: str, name: str) -> Json:
+    def get_secret(self, namespace: str, name: str, timeout: float | None = None) -> Json:
         return _json(self._call("GET", "/api/v1/namespaces/{namespace}/secrets/{name}",
-                                {"namespace": namespace, "name": name}))
+                                {"namespace": namespace, "name": name}, _request_timeout=timeout))
 
     def create_event(self, namespace: str, body: Json) -> Json:
         return _json(self._call("POST", "/api/v1/namespaces/{namespace}/events", {"namespace": namespace}, body=body))

@@ -4,7 +4,8 @@
 ``nfa_placement_no_common_arch_pods``        gated pods whose images share no platform (gauge)
 ``nfa_placement_gate_seconds``               pod creation to gate removal (histogram)
 ``nfa_placement_pods_total{outcome}``        resolved, respected, conflict, no_common_arch,
-                                             inspection_failed, fallback, timed_out
+                                             inspection_failed, fallback, timed_out,
+                                             skipped (left the selection while gated)
 ``nfa_placement_registry_requests_total{host,code}``  every registry request the resolver made
 ``nfa_placement_cache_lookups_total{cache,result}``   tag/platforms cache hits and misses
 ``nfa_placement_cache_hit_ratio``            hits / lookups over both caches since start
@@ -26,7 +27,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-OUTCOMES = ("resolved", "respected", "conflict", "no_common_arch", "inspection_failed", "fallback", "timed_out")
+OUTCOMES = ("resolved", "respected", "conflict", "no_common_arch", "inspection_failed", "fallback", "timed_out",
+            "skipped")
 
 
 class _ResolverCollector(Collector):

@@ -159,12 +159,15 @@ def tolerations(pod: Mapping[str, Any], archs: Sequence[str]) -> list[Json] | No
 
 
 def ungate_patch(pod: Mapping[str, Any], *, terms: list[Json] | None = None, tolerate: Sequence[str] = (),
-                 annotations: Mapping[str, str] | None = None, gate: str = GATE) -> Json:
+                 annotations: Mapping[str, str] | None = None, gate: str = GATE, keep_label: bool = False) -> Json:
     """The one merge patch: our gate and selector label gone, ``terms`` (when given) as the
     required node affinity, tolerations for ``tolerate``, our annotations; conditional on
-    the pod's resourceVersion."""
+    the pod's resourceVersion. ``keep_label``: the selector label is not ours to remove (a
+    pod that no longer carries ``placement=gated``: its label says what its owner wants)."""
     meta = meta_of(pod)
-    patch_meta: Json = {"resourceVersion": meta.get("resourceVersion"), "labels": {SELECTOR_LABEL: None}}
+    patch_meta: Json = {"resourceVersion": meta.get("resourceVersion")}
+    if not keep_label:
+        patch_meta["labels"] = {SELECTOR_LABEL: None}
     if annotations:
         patch_meta["annotations"] = dict(annotations)
     remaining = [g for g in spec_of(pod).get("schedulingGates") or [] if not (isinstance(g, Mapping) and g.get("name") == gate)]

@@ -36,9 +36,19 @@ NodeFeatureRule taints, NoExecute      runtime/test_hostile_objects::test_taints
 >1,000 objects named first, restart    runtime/test_hostile_objects::test_more_objects_than_the_bound_named_first_keep_the_legitimate_label_after_a_restart
 one object of 10,000 rules (1.4 MiB)   runtime/test_hostile_objects::test_an_object_with_10000_rules_is_refused_before_it_is_parsed  bench/hostile_objects.py
 ownership record past 256 KiB          reconcile/test_annotation_budget::test_a_record_over_the_annotation_budget_is_not_sent
+placement label removed while gated    placement/test_promises::test_a_gated_pod_whose_label_changes_is_released_without_affinity[None-Warning]  test_misuse_matrix::test_placement_releases_gated_pods_whatever_their_labels_and_cuts_a_silent_registry
+placement opt-out set while gated      placement/test_promises::test_a_gated_pod_whose_label_changes_is_released_without_affinity[disabled-Normal]  (the same misuse case)
+placement label changed, no controller placement/test_promises::test_a_label_changed_while_no_controller_ran_is_found_by_the_sweep  (the same misuse case)
+gated pod deleted                      placement/test_promises::test_a_gated_pod_deleted_costs_one_read_and_no_write
+registry accepts, never answers        placement/test_promises::test_a_hanging_registry_is_cut_at_the_retry_window  images/test_resolve_failures::test_a_silent_registry_times_out_within_the_bound
+ (retry window; hold: hard deadline)   placement/test_promises::test_hold_against_a_hanging_registry_is_cut_at_the_hard_deadline
+API holds a namespace read 10 s        placement/test_promises::test_a_namespace_read_that_hangs_is_cut_at_the_retry_window
 =====================================  ====================================================  =========================
 
-The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
+The placement rows run the placement controller (in-process, and as the ``placement``
+command in the misuse case) against the in-repo API server, with a socket that accepts and
+never answers as the registry; they assert the gate released, the Event and outcome, and the
+registry requests counted. The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
 the kubelet restarts run on the edge-ai host with the kubelet stand-in (``tests/deviceplugin``)
 and check registration, not Node writes. The narrower tests check one component or the final state only; the cases here add the
 whole loop, the foreign seed and the per-write ledger. Backoffs are shrunk (50-200 ms) so the

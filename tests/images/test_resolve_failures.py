@@ -122,6 +122,38 @@ def test_a_silent_registry_times_out_within_the_bound() -> None:
         assert time.monotonic() - started < 3 + 5  # the bound, plus scheduling slack on a loaded machine
 
 
+def test_a_caller_s_deadline_cuts_the_request_and_the_wait_for_one_in_flight() -> None:
+    """Request timeout 10 s, bound 20 s, the caller's deadline 1 s away: one request, cut at
+    the deadline (uncut, two 10 s requests); a second caller for the same image waiting on the
+    first gives up at its own, earlier deadline."""
+    import threading
+
+    with socket.socket() as listener:  # accepts connections (kernel backlog), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        host = f"127.0.0.1:{listener.getsockname()[1]}"
+        resolver = Resolver(ResolverConfig(insecure_registries=frozenset({host}), request_timeout=10, total_timeout=20))
+        errors: list[Exception] = []
+
+        def first() -> None:
+            try:
+                resolver.resolve(f"{host}/test/pair:1", deadline=time.monotonic() + 1.0)
+            except RegistryUnavailableError as exc:
+                errors.append(exc)
+
+        leader = threading.Thread(target=first)
+        leader.start()
+        listener.settimeout(5)
+        connection, _ = listener.accept()  # the leader's request is out: the next call is a follower
+        with connection:  # held open, never answered
+            with pytest.raises(RegistryUnavailableError, match="in flight") as follower:
+                resolver.resolve(f"{host}/test/pair:1", deadline=time.monotonic())
+            leader.join(30)
+    assert follower.value.transient
+    assert len(errors) == 1 and errors[0].transient and "timed out" in str(errors[0])
+    assert resolver.counters().requests == {(host, "error"): 1}
+
+
 def test_rate_limit_per_registry(plain_registry: RegistryProcess) -> None:
     """Six requests at 2 per second with a burst of 2: the sixth cannot start before 2 s after
     the first (a lower bound, so a loaded machine cannot break it), and the limiter is what

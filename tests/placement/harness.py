@@ -84,10 +84,12 @@ class InProcess:
     bounds: Bounds
     taint_mode: bool = False
     identity: str = "placement-test"
+    request_timeout: float = 2.0
+    total_timeout: float = 4.0
 
     def __post_init__(self) -> None:
         self.resolver = Resolver(ResolverConfig(insecure_registries=frozenset({self.registry_host}),
-                                                request_timeout=2.0, total_timeout=4.0))
+                                                request_timeout=self.request_timeout, total_timeout=self.total_timeout))
         self.metrics = PlacementMetrics(self.resolver.counters)
         api = PlacementApi(ApiClient(self.server.client_configuration()))
         config = ControllerConfig(identity=self.identity, workers=4, taint_mode=self.taint_mode, bounds=self.bounds,
