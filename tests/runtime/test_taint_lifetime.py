@@ -84,12 +84,12 @@ def test_object_taints_go_with_their_rule_across_a_restart_and_foreign_ones_stay
         server.custom.apply(RULE_SET)
         first = start(server, rules, from_cluster=True)
         try:
-            wait_for(lambda: OURS <= identities(server), what="the rule's taints")
+            wait_for(lambda: identities(server) >= OURS, what="the rule's taints")
         finally:
             first.stop(timeout=5)
         # the identical admin taint was there first: present, and not the agent's
         assert record(server) == "example.com/evict=true:NoExecute,example.com/soft:PreferNoSchedule"
-        assert ADMIN_SET <= taints(server)
+        assert taints(server) >= ADMIN_SET
 
         second = start(server, rules, from_cluster=True)  # a new process: no memory of the first
         try:
@@ -116,7 +116,7 @@ def test_a_forged_record_entry_for_a_taint_never_held_is_refused_after_the_rule_
         server.custom.apply(RULE_SET)
         agent = start(server, rules, from_cluster=True)
         try:
-            wait_for(lambda: OURS <= identities(server), what="the rule's taints")
+            wait_for(lambda: identities(server) >= OURS, what="the rule's taints")
             server.custom.delete("NodeFeatureRule", "taints")
             wait_for(lambda: not OURS & identities(server), what="the rule's taints removed")
 
@@ -143,7 +143,7 @@ def test_file_taints_go_when_the_file_is_edited_and_deleted(tmp_path: Path) -> N
         server.add_node(NODE, taints=copy.deepcopy(ADMIN))
         agent = start(server, rules, from_cluster=False)
         try:
-            wait_for(lambda: OURS <= identities(server), what="the rule's taints")
+            wait_for(lambda: identities(server) >= OURS, what="the rule's taints")
         finally:
             agent.stop(timeout=5)
         agent = start(server, rules, from_cluster=False)  # restart in between
