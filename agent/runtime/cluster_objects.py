@@ -58,7 +58,7 @@ class ClusterObjects:
         self._reported: dict[str, str] = {}  # name -> digest whose problems were reported
         self._node_features: dict[Key, NodeFeatureObject] = {}
         self._merged: tuple[Catalogue, int, Catalogue] | None = None  # (files, generation, merged)
-        self._clashes: set[str] = set()
+        self._overrides: set[str] = set()  # names of objects replacing a rule file, logged once
         self.watches: list[CollectionWatch] = []
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class ClusterObjects:
     # -- what the agent reads ---------------------------------------------------------------------
     def catalogue(self, files: Catalogue) -> Catalogue:
         """The files' catalogue with the cluster's rule sets (remembered until either changes);
-        a name clash is reported once, when it appears."""
+        an object replacing a rule file is logged once, when it appears."""
         with self._lock:
             if self._merged is not None and self._merged[0] is files and self._merged[1] == self.generation:
                 return self._merged[2]
@@ -168,10 +168,11 @@ class ClusterObjects:
             rule_sets = [r for _, r, _ in self._rules.values() if r is not None]
             problems = [p for _, _, found in self._rules.values() for p in found]
         merged = with_cluster_rules(files, rule_sets, problems)
-        clashes = {p.item: p for p in merged.problems[len(files.problems) + len(problems):]}
-        for name in sorted(set(clashes) - self._clashes):
-            self._report(f"NodeFeatureRule/{name}", "clash", [clashes[name]], "is also a rule file")
-        self._clashes = set(clashes)
+        overrides = {p.item: p for p in merged.warnings[len(files.warnings):]}
+        for name in sorted(set(overrides) - self._overrides):
+            log.info("cluster object NodeFeatureRule/%s %s", name, overrides[name].reason,
+                     extra={"node": self.node_name, "event": "rules-override"})
+        self._overrides = set(overrides)
         with self._lock:
             self._merged = (files, generation, merged)
         return merged
