@@ -181,4 +181,4 @@ class ClusterObjects:
              label_origins: Mapping[str, str]) -> tuple[dict[str, Feature], dict[str, str], dict[str, str]]:
         with self._lock:
             objects = list(self._node_features.values())
-        return join_node_features(features, labels, label_origins, objects)
+        return join_node_features(features, labels, label_origins, objects, (self.options or RuleOptions()).nfd_namespace)
