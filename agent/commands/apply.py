@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # undetermined: writing without them would remove their labels
             print(f"node {args.node_name}: ERROR: reading NFD's NodeFeatureRule/NodeFeature objects: {exc}; "
                   "nothing written", file=sys.stderr)
-            return 1
+            raise SystemExit(1) from exc
         for note in notes:
             log.warning("cluster: %s; applied without them", note)
         catalogue = cluster.catalogue(catalogue)
