@@ -58,6 +58,7 @@ class Plan:
     label_files: tuple[LabelFileResult, ...]
     raw_labels: Mapping[str, str]
     node_labels: Mapping[str, str]
+    features: Mapping[str, Feature] = dataclasses.field(default_factory=dict)  # what the rules matched against
 
 
 def _element_provenance(origin: str, result: RuleResult, output: Output, host_path: str = "") -> Provenance:
@@ -268,7 +269,7 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
             f"{ANNOTATIONS_TOTAL_MAX}-byte budget for all of a Node's annotations; the metadata write would be "
             "rejected: produce fewer labels (deny a namespace, disable a source) or shorter keys"))
         state = dataclasses.replace(state, problems=state.problems + (problem,))
-    return Plan(state, evaluation, tuple(files), raw_labels, node_labels)
+    return Plan(state, evaluation, tuple(files), raw_labels, node_labels, features)
 
 
 def plan_node(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],
