@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
 from collections.abc import Mapping
 from typing import Any
 
