@@ -9,7 +9,9 @@ file edit).
 Each NodeFeatureRule object goes through the rule files' parser (``agent.rules.cluster_rules``)
 and the files' reload policy, per object: its first version is used whatever it holds (bad
 rules skipped, problems reported); a later version that brings a new problem is refused and
-the last good version stays in force; every problem is reported once per object version
+the last good version stays in force, except an item the namespace policy or Kubernetes'
+validation refuses (a denied taint key): that item is skipped and the edit applies, as
+nfd-master filters it; every problem is reported once per object version
 (``on_problem``: a log line and a Warning Event on the Node naming the object and field).
 """
 
@@ -32,6 +34,7 @@ from agent.rules.node_features import (
     join_node_features,
     parse_node_feature,
 )
+from agent.rules.static_checks import static_problems
 from agent.runtime.cluster_watch import Changes, CollectionAbsent, CollectionWatch, Key
 from agent.runtime.rules_state import problem_key
 
@@ -117,7 +120,9 @@ class ClusterObjects:
                 continue
             rule_set, problems = parse_rule_object(obj, self.options)
             if previous is not None and previous[1] is not None:
-                known = {problem_key(p) for p in previous[2]}
+                # an item the policy refuses is skipped and the rest applies, as nfd-master
+                # filters it; only a rule or object that cannot be used refuses the edit
+                known = {problem_key(p) for p in previous[2]} | self._item_refusals(rule_set)
                 new = [p for p in problems if problem_key(p) not in known]
                 if new:  # an invalid edit: the last good version stays in force
                     self._report(name, digest, new, "changed but is invalid; keeping its last good version")
@@ -127,6 +132,11 @@ class ClusterObjects:
             self._rules[name] = (digest, rule_set, tuple(problems))
             changed.add(name)
         return bool(changed)
+
+    def _item_refusals(self, rule_set: RuleSet | None) -> set[tuple[str, str, str]]:
+        if rule_set is None:
+            return set()
+        return {problem_key(p) for p in static_problems(Catalogue(rule_sets=(rule_set,)), self.options or RuleOptions())}
 
     def node_features_changed(self, changes: Changes, everything: bool) -> None:
         with self._lock:
