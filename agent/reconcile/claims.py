@@ -41,6 +41,7 @@ from agent.desired import (
     ANNOTATION_OWNED_TAINTS,
     OWNERSHIP_ANNOTATIONS,
     DesiredNodeState,
+    Taint,
 )
 from agent.k8s_validation import reserved_namespace_problem
 from agent.reconcile.model import LiveNode
@@ -183,18 +184,25 @@ def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeSt
                          if k not in OWNERSHIP_ANNOTATIONS and live.annotations.get(k) == str(v)))
     resources = adopt(ANNOTATION_OWNED_RESOURCES, "extended resource", owned.resources,
                       (k for k, v in desired.extended_resources.items() if _same_count(live, k, str(v))))
-    taints = set(owned.taints)
+    taints = owned.taints
     if ANNOTATION_OWNED_TAINTS in parts:
-        live_taints = {t.identity: t.value for t in live.taint_objects()}
-        nfd_taints = nfd_owned_taints(live.annotations)
-        for taint in desired.taints:
-            if (taint.identity not in taints and taint.identity in vouched and taint.identity not in nfd_taints
-                    and live_taints.get(taint.identity) == (taint.value or "")):
-                taints.add(taint.identity)
-                adopted.append(f"taint {taint.to_string()}")
-                rebuilt.add(ANNOTATION_OWNED_TAINTS)
-    ownership = replace(owned, labels=labels, annotations=annotations, resources=resources, taints=frozenset(taints))
+        new_taints = _taints_to_adopt(live, desired, owned.taints, vouched)
+        adopted.extend(f"taint {t.to_string()}" for t in new_taints)
+        rebuilt.update([ANNOTATION_OWNED_TAINTS] if new_taints else [])
+        taints = owned.taints | {t.identity for t in new_taints}
+    ownership = replace(owned, labels=labels, annotations=annotations, resources=resources, taints=taints)
     return CheckedClaims(ownership, claims.rejected, tuple(adopted), frozenset(rebuilt))
+
+
+def _taints_to_adopt(live: LiveNode, desired: DesiredNodeState, have: frozenset[tuple[str, str]],
+                     vouched: Collection[tuple[str, str]]) -> list[Taint]:
+    """The wanted taints on the Node with the wanted value that the agent held in its
+    previous pass and NFD's record does not list."""
+    live_taints = {t.identity: t.value for t in live.taint_objects()}
+    nfd_taints = nfd_owned_taints(live.annotations)
+    return [t for t in desired.taints
+            if t.identity not in have and t.identity in vouched and t.identity not in nfd_taints
+            and live_taints.get(t.identity) == (t.value or "")]
 
 
 def _same_count(live: LiveNode, name: str, quantity: str) -> bool:
