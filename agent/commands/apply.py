@@ -147,10 +147,15 @@ def run(args: argparse.Namespace) -> int:
         cluster = ClusterObjects(args.node_name, on_change=lambda: None, options=options)
         try:
             notes = cluster.read_once(api.core)
-        except Exception as exc:  # undetermined: writing without them would remove their labels
-            print(f"node {args.node_name}: ERROR: reading NFD's NodeFeatureRule/NodeFeature objects: {exc}; "
-                  "nothing written", file=sys.stderr)
-            raise SystemExit(1) from exc
+        except Exception as exc:  # noqa: BLE001 - undetermined: writing without them would remove what they gave
+            from agent.reconcile.outcome import ReconcileOutcome
+
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            error = (f"API server unreachable or failing while reading NFD's NodeFeatureRule/NodeFeature objects: "
+                     f"{reason}; nothing written")
+            print_outcome(args.node_name, ReconcileOutcome(changed=False, writes=0, error=error),
+                          fmt=args.format, dry_run=args.dry_run)
+            return 1
         for note in notes:
             log.warning("cluster: %s; applied without them", note)
         catalogue = cluster.catalogue(catalogue)

@@ -75,5 +75,5 @@ def test_apply_writes_nothing_when_the_objects_cannot_be_read(tmp_path: Path) ->
         server.faults.fail(500, count=100, verb="GET", path="/apis/nfd.k8s-sigs.io/v1alpha1/nodefeaturerules")
         done = apply(kubeconfig, rules, "--retries", "1")
         assert done.returncode == 1
-        assert "nothing written" in done.stderr
+        assert "nothing written" in json.loads(done.stdout)["error"]
         assert server.node(NODE)["metadata"] == before["metadata"]
