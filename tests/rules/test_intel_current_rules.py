@@ -21,7 +21,8 @@ from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
 from agent.rules import RuleOptions, load_catalogue, plan
 from agent.rules.cluster_rules import parse_rule_object, with_cluster_rules
-from tests.conftest import FIXTURES, LABELS_DIR
+from tests.conftest import FIXTURES, LABELS_DIR, REPO
+from tests.support.recorded_tools import recorded_tool
 
 CURRENT = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "intel" / "node-feature-rules.yaml").read_text())
 GPU = {"intel.feature.node.kubernetes.io/gpu": "true"}
@@ -45,11 +46,18 @@ def intel_labels(host_root: Path, *, with_object: bool) -> dict[str, str]:
     return {k: v for k, v in state.labels.items() if k.startswith("intel.")}
 
 
-def test_the_recorded_hosts_with_intel_devices_are_exactly_these() -> None:
-    """So the per-host cases below cover every one (a host added later gets a case)."""
+def test_the_recorded_hosts_with_intel_devices_are_exactly_these(tmp_path: Path) -> None:
+    """So the per-host cases below cover every one (a host added later gets a case): the
+    recorded trees of fixtures/sysfs and the umockdev recordings of fixtures/recorded (USB
+    devices behind Intel USB controllers, none a device Intel's rules name)."""
     found = {host.name for host in sorted((FIXTURES).iterdir()) if host.is_dir()
              and intel_labels(host, with_object=False)}
     assert found == set(HOSTS)
+    builder = recorded_tool("umockdev_tree")
+    for recording in sorted((REPO / "fixtures" / "recorded" / "umockdev").glob("*.umockdev")):
+        root = tmp_path / recording.stem
+        builder.build(recording.read_text(), root)
+        assert intel_labels(root, with_object=True) == {}, recording.name
 
 
 @pytest.mark.parametrize("host", sorted(HOSTS))
