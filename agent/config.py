@@ -136,6 +136,9 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="deny a label namespace (exact, or *.suffix); repeatable (NFD -deny-label-ns)")
     parser.add_argument("--extra-label-ns", action="append", default=[], metavar="NS",
                         help="re-allow an exact namespace that is denied, even under kubernetes.io; repeatable (NFD -extra-label-ns)")
+    parser.add_argument("--nfd-namespace", default="node-feature-discovery", metavar="NS",
+                        help="the namespace NFD ran in: its NodeFeature objects merge first, as nfd-master merges "
+                             "its own namespace's first (default: node-feature-discovery)")
 
 
 def rule_options(args: argparse.Namespace) -> RuleOptions:
@@ -143,7 +146,8 @@ def rule_options(args: argparse.Namespace) -> RuleOptions:
     from agent.rules import RuleOptions
 
     return RuleOptions(deny_label_ns=tuple(getattr(args, "deny_label_ns", None) or ()),
-                       extra_label_ns=tuple(getattr(args, "extra_label_ns", None) or ()))
+                       extra_label_ns=tuple(getattr(args, "extra_label_ns", None) or ()),
+                       nfd_namespace=getattr(args, "nfd_namespace", None) or "node-feature-discovery")
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:

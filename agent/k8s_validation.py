@@ -75,12 +75,21 @@ def annotation_key_errors(key: object) -> list[str]:
 
 
 def extended_resource_name_errors(name: object) -> list[str]:
-    """Why ``name`` cannot be an extended resource (``IsExtendedResourceName``)."""
+    """Why ``name`` cannot be a node resource a pod requests and the scheduler counts.
+
+    Kubernetes' own rules decide: a container may request a prefixed name that is native
+    (contains ``kubernetes.io/``, ``IsNativeResource``) or extended (``IsExtendedResourceName``:
+    not ``requests.``, qualified as ``requests.<name>``) (``validateContainerResourceName``,
+    ``pkg/apis/core/validation``); the scheduler's fit filter counts both against allocatable
+    (``IsScalarResourceName``: ``IsExtendedResourceName || IsPrefixedNativeResource || ...``).
+    So ``feature.node.kubernetes.io/<name>``, NFD's default, is usable; which ``kubernetes.io``
+    namespaces the agent may write is the namespace policy's answer
+    (``agent.rules.namespaces.resource_problem``)."""
     if not isinstance(name, str) or "/" not in name:
         return ["an extended resource name must be fully qualified (domain/name)"]
-    errors: list[str] = []
+    errors = qualified_name_errors(name)
     if "kubernetes.io/" in name:
-        errors.append("names containing 'kubernetes.io/' are native resources, not extended ones")
+        return errors
     if name.startswith("requests."):
         errors.append("must not start with 'requests.'")
     errors.extend(qualified_name_errors("requests." + name))

@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     add_reconcile_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="read the Node and print what would change; write nothing")
+    parser.add_argument("--rules-from-cluster", choices=("on", "off"), default="on",
+                        help="on (as run): also evaluate the cluster's NodeFeatureRule objects and join this node's "
+                             "NodeFeature objects to discovery; without NFD's CRDs (or the right to list them) the pass "
+                             "runs without them; any other failure to read them ends apply with nothing written")
     parser.add_argument("--startup-taint", action="append", default=[], metavar="KEY:EFFECT",
                         help="a taint the node registers with (--register-with-taints) that the agent removes once the node "
                              "is labelled; the only foreign item the agent ever removes; repeatable")
@@ -136,6 +140,26 @@ def run(args: argparse.Namespace) -> int:
     found = discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
     options = rule_options(args)
     catalogue = rules.load_catalogue(rules_dirs(args), options)
+    features, labels, origins = found.features, found.labels, found.label_origins
+    if args.rules_from_cluster == "on":  # the objects run evaluates, read once
+        from agent.runtime.cluster_objects import ClusterObjects
+
+        cluster = ClusterObjects(args.node_name, on_change=lambda: None, options=options)
+        try:
+            notes = cluster.read_once(api.core)
+        except Exception as exc:  # noqa: BLE001 - undetermined: writing without them would remove what they gave
+            from agent.reconcile.outcome import ReconcileOutcome
+
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            error = (f"API server unreachable or failing while reading NFD's NodeFeatureRule/NodeFeature objects: "
+                     f"{reason}; nothing written")
+            print_outcome(args.node_name, ReconcileOutcome(changed=False, writes=0, error=error),
+                          fmt=args.format, dry_run=args.dry_run)
+            return 1
+        for note in notes:
+            log.warning("cluster: %s; applied without them", note)
+        catalogue = cluster.catalogue(catalogue)
+        features, labels, origins = cluster.join(features, labels, origins)
     for problem in getattr(catalogue, "problems", ()):
         log.warning("rule catalogue: %s", problem)
 
@@ -155,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         log.warning("%s", why)
 
     def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
-        state = rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
+        state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
         if undetermined:
             state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,
                                         held_resources=held_resources)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from agent.commands.plan import add_plan_arguments, compute
 from agent.config import rule_options
+from agent.features import NFD_PREFIX
+from agent.sources.cpu_config import DEFAULT_CPUID_BLACKLIST
 
 HELP = "explain where a label / extended resource / taint comes from (file:line, expression, feature instance, host file) or why it is absent"
 
@@ -24,11 +28,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
+def hidden_cpuid_label(args: argparse.Namespace, features: Mapping[str, Any], name: str) -> str | None:
+    """The setting that hides raw label ``name`` when it is ``cpu-cpuid.<FLAG>`` of a flag
+    discovery found: NFD's cpuid label filter (``source/cpu/cpu.go`` ``keyFilter``), the
+    ``cpu.cpuid`` feature keeping every flag."""
+    from agent.config import discovery_config
+    from agent.sources import cpu
+
+    base = name.removeprefix(NFD_PREFIX)
+    flag = base.removeprefix("cpu-cpuid.")
+    cpuid = features.get("cpu.cpuid")
+    if base == flag or cpuid is None or flag not in cpuid.flags:
+        return None
+    config = discovery_config(args).section("cpu", cpu)
+    if config.labelled_cpuid_flags([flag]):
+        return None
+    if config.cpuid_attribute_whitelist:
+        return (f"sources.cpu.cpuid.attributeWhitelist, which does not list {flag} (a non-empty whitelist "
+                "replaces the blacklist); the cpu.cpuid feature still has it for rules")
+    default = " (NFD's default)" if flag in DEFAULT_CPUID_BLACKLIST else ""
+    return (f"sources.cpu.cpuid.attributeBlacklist{default}, which lists {flag}; the cpu.cpuid feature still has "
+            f"it for rules (match cpu.cpuid {flag}: {{op: Exists}})")
+
+
 def run(args: argparse.Namespace) -> int:
     from agent.rules.explain import explain
 
     result, _ = compute(args)
-    explanations = [explain(result, name, rule_options(args)) for name in args.names]
+    options = rule_options(args)
+    explanations = [explain(result, name, options, hidden_cpuid_label(args, result.features, name))
+                    for name in args.names]
     if args.format == "json":
         json.dump([{"name": e.target, "present": e.present, "known": e.known, "lines": list(e.lines)} for e in explanations], sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -8,12 +8,25 @@ escalation. So an entry is honoured only when the agent could itself have produc
 its current policy; everything else is dropped from the record and reported
 (``OwnershipRecordRejected``), never removed from the Node.
 
+A taint is owned for its whole life: one a rule set stays the agent's after the rule is
+deleted or edited to drop it, so it is removed (as nfd-master removes the taints its own
+``nfd.node.kubernetes.io/taints`` annotation lists and no rule produces, ``setTaints`` in
+NFD's ``pkg/nfd-master/nfd-master.go``). The proof is not the record alone (anyone with the
+node's credentials can write it) but the agent's memory: an entry whose key no rule produces
+now is honoured only when the same (key, effect) was honoured, with a producible key, in the
+agent's previous pass on this Node (``vouched``). A forged entry for a taint the agent never
+held is refused as before. What the memory cannot cover: a rule deleted while no agent ran
+on the node since the last pass that held its taint; that taint stays, reported.
+
 And the record can vanish or be damaged, as a whole or one annotation of it (deleted by hand,
 a tool pruning annotations, a restore from backup): then, for each annotation missing or
 holding an entry that does not parse, the agent adopts the items of its kind it wants that are
 already on the Node with exactly the wanted value, and writes that annotation back
 (``OwnershipRecordRebuilt``), so unplugging a device later still removes its labels. Items
 Node Feature Discovery lists in its own record are NFD's and never adopted (see ``nfd_owned``).
+Taints are adopted only from the agent's memory (``vouched``), never from what the Node shows:
+an identical taint an admin set before the agent's first contact looks exactly like a lost
+record's, and adopting it would make the agent remove it once no rule produces it.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from agent.desired import (
     ANNOTATION_OWNED_TAINTS,
     OWNERSHIP_ANNOTATIONS,
     DesiredNodeState,
+    Taint,
 )
 from agent.k8s_validation import reserved_namespace_problem
 from agent.reconcile.model import LiveNode
@@ -60,8 +74,10 @@ def _why_not(key: str, policy: ClaimPolicy) -> str | None:
     return reserved_namespace_problem(key) or policy.key_problem(key)
 
 
-def check_claims(ownership: Ownership, desired: DesiredNodeState, policy: ClaimPolicy) -> CheckedClaims:
-    """Keep only the entries the agent could have produced; say why each other one is dropped."""
+def check_claims(ownership: Ownership, desired: DesiredNodeState, policy: ClaimPolicy,
+                 vouched: Collection[tuple[str, str]] = frozenset()) -> CheckedClaims:
+    """Keep only the entries the agent could have produced, or (taints) held in its previous
+    pass on this Node (``vouched``); say why each other one is dropped."""
     rejected: list[str] = []
 
     def keep(kind: str, keys: Iterable[str], extra: KeyProblem = lambda _k: None) -> frozenset[str]:
@@ -84,7 +100,8 @@ def check_claims(ownership: Ownership, desired: DesiredNodeState, policy: ClaimP
     taints = set()
     for key, effect in sorted(ownership.taints):
         why = _why_not(key, policy)
-        if not why and producible is not None and key not in producible and key not in wanted_taint_keys:
+        if (not why and producible is not None and key not in producible and key not in wanted_taint_keys
+                and (key, effect) not in vouched):
             why = "no rule in the catalogue and no --startup-taint produces this taint key"
         if why:
             rejected.append(f"taint {key}:{effect}: {why}")
@@ -140,11 +157,13 @@ def parts_to_rebuild(annotations: Mapping[str, str], recorded: Ownership) -> fro
 
 
 def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeState, policy: ClaimPolicy,
-                   parts: Collection[str] = OWNERSHIP_ANNOTATIONS) -> CheckedClaims:
+                   parts: Collection[str] = OWNERSHIP_ANNOTATIONS,
+                   vouched: Collection[tuple[str, str]] = frozenset()) -> CheckedClaims:
     """For each record annotation in ``parts``: claim the wanted items of its kind already on
     the Node with exactly the wanted value (what the agent manages now), so the record is
     written back; never what NFD's record lists (NFD wrote it and removes it; a first contact
-    with a Node NFD labels has no record either)."""
+    with a Node NFD labels has no record either); taints only those the agent held in its
+    previous pass on this Node (``vouched``)."""
     owned = claims.ownership
     adopted: list[str] = []
     rebuilt: set[str] = set()
@@ -165,18 +184,25 @@ def adopt_matching(claims: CheckedClaims, live: LiveNode, desired: DesiredNodeSt
                          if k not in OWNERSHIP_ANNOTATIONS and live.annotations.get(k) == str(v)))
     resources = adopt(ANNOTATION_OWNED_RESOURCES, "extended resource", owned.resources,
                       (k for k, v in desired.extended_resources.items() if _same_count(live, k, str(v))))
-    taints = set(owned.taints)
+    taints = owned.taints
     if ANNOTATION_OWNED_TAINTS in parts:
-        live_taints = {t.identity: t.value for t in live.taint_objects()}
-        nfd_taints = nfd_owned_taints(live.annotations)
-        for taint in desired.taints:
-            if (taint.identity not in taints and taint.identity not in nfd_taints
-                    and live_taints.get(taint.identity) == (taint.value or "")):
-                taints.add(taint.identity)
-                adopted.append(f"taint {taint.to_string()}")
-                rebuilt.add(ANNOTATION_OWNED_TAINTS)
-    ownership = replace(owned, labels=labels, annotations=annotations, resources=resources, taints=frozenset(taints))
+        new_taints = _taints_to_adopt(live, desired, owned.taints, vouched)
+        adopted.extend(f"taint {t.to_string()}" for t in new_taints)
+        rebuilt.update([ANNOTATION_OWNED_TAINTS] if new_taints else [])
+        taints = owned.taints | {t.identity for t in new_taints}
+    ownership = replace(owned, labels=labels, annotations=annotations, resources=resources, taints=taints)
     return CheckedClaims(ownership, claims.rejected, tuple(adopted), frozenset(rebuilt))
+
+
+def _taints_to_adopt(live: LiveNode, desired: DesiredNodeState, have: frozenset[tuple[str, str]],
+                     vouched: Collection[tuple[str, str]]) -> list[Taint]:
+    """The wanted taints on the Node with the wanted value that the agent held in its
+    previous pass and NFD's record does not list."""
+    live_taints = {t.identity: t.value for t in live.taint_objects()}
+    nfd_taints = nfd_owned_taints(live.annotations)
+    return [t for t in desired.taints
+            if t.identity not in have and t.identity in vouched and t.identity not in nfd_taints
+            and live_taints.get(t.identity) == (t.value or "")]
 
 
 def _same_count(live: LiveNode, name: str, quantity: str) -> bool:

@@ -44,6 +44,7 @@ from agent.k8s_validation import (
     extended_resource_name_errors,
     label_value_errors,
     qualified_name_errors,
+    reserved_namespace_problem,
     taint_errors,
 )
 from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodePlan, taint_ref
@@ -148,6 +149,9 @@ def _valid_resources(resources: Mapping[str, str], refused: list[Problem]) -> di
     for name, quantity in resources.items():
         count = canonical_count(str(quantity))
         reasons = extended_resource_name_errors(name)
+        reserved = reserved_namespace_problem(name)
+        if reserved:
+            reasons.append(reserved)
         if count is None:
             reasons.append("extended resources must be a non-negative integer")
         if reasons:

@@ -131,6 +131,7 @@ class Reconciler:
         self._sleep = sleep
         self.max_attempts, self.max_writes, self.max_conflicts = max_attempts, max_writes, max_conflicts
         self._node_uid = ""
+        self._vouched_taints: frozenset[tuple[str, str]] = frozenset()  # honoured in the last pass (claims)
         self._startup_done_uid = ""
         self._refused = RefusedItems()
         self._contests = Contests(contests, clock)
@@ -360,16 +361,17 @@ class Reconciler:
         """The record, checked against what the agent could produce (``claims``); each of its
         annotations missing or damaged rebuilt from the wanted items already on the Node."""
         recorded = parse_ownership(live.annotations)
-        checked = check_claims(recorded, desired, self.claims)
+        checked = check_claims(recorded, desired, self.claims, self._vouched_taints)
         parts = parts_to_rebuild(live.annotations, recorded)
         if parts:
-            checked = adopt_matching(checked, live, desired, self.claims, parts)
+            checked = adopt_matching(checked, live, desired, self.claims, parts, self._vouched_taints)
         for entry in checked.rejected:
             problem = Problem("reconcile", "ownership record", f"entry not attributable to this agent, ignored: {entry}")
             if problem not in problems:
                 problems.append(problem)
         if announce:
             self.notices.claims(live.uid, checked)
+            self._vouched_taints = checked.ownership.taints
         return checked.ownership
 
     def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
@@ -409,6 +411,7 @@ class Reconciler:
         if self._node_uid and live.uid and live.uid != self._node_uid:
             self.notices.node_recreated(self._node_uid, live.uid)
             self._contests.forget()
+            self._vouched_taints = frozenset()
         if live.uid:
             self._node_uid = live.uid
 

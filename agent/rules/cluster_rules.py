@@ -7,8 +7,9 @@ reads ``NodeFeatureRule/<name>:spec.rules[2].matchFeatures[0]`` where a file say
 ``path:line``. Pure: objects in, rule sets and problems out; the watch is
 ``agent.runtime.cluster_watch``.
 
-Files and objects together: a name present in both is an error (reported on the object, the
-file's rule set is evaluated and the object is not), never a silent winner.
+Files and objects together: an object named as a file's rule set replaces it (so a cluster
+admin updates a vendor's rules, e.g. a newer Intel NodeFeatureRule, without rebuilding the
+image); the override is reported once, never silent.
 
 An object is tenant input, a rule file the admin's: an object's templates render within the
 cluster budget (``agent.rules.budget``), and its taints count only with ``taints=True``
@@ -129,16 +130,15 @@ def ignored_taints(obj: Mapping[str, Any]) -> list[str]:
 
 def with_cluster_rules(files: Catalogue, objects: Iterable[RuleSet], problems: Iterable[Problem] = ()) -> Catalogue:
     """The files' catalogue plus the cluster's rule sets, all in NFD order (``metadata.name``).
-    An object named as a file's rule set is not evaluated and is reported once."""
+    An object named as a file's rule set replaces it; each override is one of the catalogue's
+    warnings (after the files' own)."""
+    objects = list(objects)
     file_names = {r.name: r.origin for r in files.rule_sets}
-    kept: list[RuleSet] = []
-    found = list(problems)
-    for rule_set in objects:
-        if rule_set.name in file_names:
-            found.append(Problem(f"{object_origin(rule_set.name)}:metadata.name", rule_set.name,
-                                 f"a rule file defines NodeFeatureRule {rule_set.name} too ({file_names[rule_set.name]}); "
-                                 "the object is not evaluated: rename or delete one of them"))
-            continue
-        kept.append(rule_set)
-    ordered = sorted((*files.rule_sets, *kept), key=lambda r: r.name)
-    return dataclasses.replace(files, rule_sets=tuple(ordered), problems=files.problems + tuple(found))
+    overrides = [Problem(f"{object_origin(r.name)}:metadata.name", r.name,
+                         f"overrides the rule file's NodeFeatureRule {r.name} ({file_names[r.name]}): the object is "
+                         "evaluated, the file is not")
+                 for r in objects if r.name in file_names]
+    replaced = {p.item for p in overrides}
+    ordered = sorted((*(r for r in files.rule_sets if r.name not in replaced), *objects), key=lambda r: r.name)
+    return dataclasses.replace(files, rule_sets=tuple(ordered), problems=files.problems + tuple(problems),
+                               warnings=files.warnings + tuple(overrides))

@@ -100,6 +100,11 @@ def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, 
         if resource not in counted:
             raise DeviceSpecError(f"devices {resource!r}: the rule must count it (extendedResources {resource}: "
                                   f"\"{COUNT_REFERENCE}\")", at)
+        if "/" not in str(resource) or "kubernetes.io/" in str(resource):
+            # kubelet's device manager registers only IsExtendedResourceName names (unprefixed
+            # names are auto-prefixed feature.node.kubernetes.io/, a native one)
+            raise DeviceSpecError(f"devices {resource!r}: a device plugin's resource must be an extended resource "
+                                  "name (domain/name outside kubernetes.io); kubelet refuses any other", at)
         if not isinstance(body, LineMap):
             raise DeviceSpecError(f"devices {resource!r} must be a mapping", at)
         unknown = set(body) - FIELDS

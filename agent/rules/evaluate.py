@@ -10,12 +10,20 @@ feature for the rules after it.  Our additions (documented in ``labels/README.md
 - ``@count`` as an ``extendedResources`` value: the number of distinct device instances the
   rule matched (``MatchedElement.identity``), 1 when it matched on flags/attributes only.
 
+An ``@rule.matched.<key>`` value of a label, annotation or extended resource is resolved
+after every rule has run, against the labels and vars of all matched rules (the same rule and
+later ones included), as nfd-master resolves ``@`` values once all NodeFeatureRules have fed
+``rule.matched`` (``filterFeatureLabel`` and ``filterExtendedResource`` after
+``processNodeFeatureRule``); until then ``rule.matched`` holds the reference as written, as in
+NFD.
+
 Evaluation is pure and never raises: a rule whose expression or template fails is reported
 in its ``RuleResult.error`` and contributes nothing, as NFD fails that rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +35,7 @@ from agent.rules.model import COUNT_REFERENCE, Catalogue, OutputItem, Rule, Tain
 
 RULE_MATCHED = "rule.matched"
 NODE_LABEL = "node.label"
+LATE_REFERENCE = f"@{RULE_MATCHED}."
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class Output:
     origin: str  # file:line of the item or template
     elements: tuple[MatchedElement, ...] = ()
     host_path: str = ""  # where an @reference's value was read
+    late: bool = False  # an @rule.matched reference, resolved once every rule has run
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,13 @@ def _resolve(value: str, features: Mapping[str, Feature], count: int) -> tuple[s
     return found[1].attributes[parts[2]], found[1].origin_of(parts[2]), ""
 
 
+def resolve_reference(value: str, features: Mapping[str, Feature]) -> tuple[str | None, str, str]:
+    """An ``@dom.feature.element`` value outside a rule -> (value, host path, why-not)."""
+    if value == COUNT_REFERENCE:
+        return None, "", f"{COUNT_REFERENCE} counts a rule's matched devices; a label outside a rule has none"
+    return _resolve(value, features, 0)
+
+
 def _count(elements: tuple[MatchedElement, ...]) -> int:
     devices = {e.identity for e in elements if e.instance is not None}
     return len(devices) if devices else 1
@@ -162,22 +179,25 @@ def run_rule(rule: Rule, features: Mapping[str, Feature]) -> RuleResult:
     count = _count(elements)
     problems: list[tuple[str, str, str]] = []
 
-    def items(specs: tuple[OutputItem, ...], template: TemplateSpec | None = None) -> tuple[Output, ...]:
+    def items(specs: tuple[OutputItem, ...], template: TemplateSpec | None = None, late: bool = True) -> tuple[Output, ...]:
         out: dict[str, Output] = {}
         if template is not None:
             for o in _render(template, template.origin, groups):
                 out[o.key] = o
         for spec in specs:  # static items override the template (NFD)
+            if late and spec.value.startswith(LATE_REFERENCE):
+                out[spec.key] = Output(spec.key, spec.value, spec.origin, elements, late=True)
+                continue
             value, host, why = _resolve(spec.value, features, count)
             if value is None:
                 problems.append((spec.origin, spec.key, why))
                 continue
             out[spec.key] = Output(spec.key, value, spec.origin, elements, host)
-        return tuple(Output(o.key, o.value, o.origin, o.elements or elements, o.host_path) for o in out.values())
+        return tuple(Output(o.key, o.value, o.origin, o.elements or elements, o.host_path, o.late) for o in out.values())
 
     try:
         labels = items(rule.labels, rule.labels_template)
-        variables = items(rule.vars, rule.vars_template)
+        variables = items(rule.vars, rule.vars_template, late=False)
     except TemplateError as exc:
         return RuleResult(rule, False, terms, branches, error=f"template failed: {exc}")
     taints = tuple((t, t.value) for t in rule.taints)
@@ -200,4 +220,29 @@ def evaluate_rules(catalogue: Catalogue, features: Mapping[str, Feature], node_l
         if outcome.matched:
             for output in outcome.labels + outcome.vars:
                 result.matched_vars[output.key] = output.value
+    final = {RULE_MATCHED: attribute_feature(result.matched_vars, "matched rules")}
+    result.rules = [_resolve_late(outcome, final) for outcome in result.rules]
     return result
+
+
+def _resolve_late(outcome: RuleResult, final: Mapping[str, Feature]) -> RuleResult:
+    """``outcome`` with its ``@rule.matched`` references resolved against every matched rule."""
+    if not any(o.late for o in (*outcome.labels, *outcome.annotations, *outcome.extended_resources)):
+        return outcome
+    problems = list(outcome.problems)
+
+    def resolved(outputs: tuple[Output, ...]) -> tuple[Output, ...]:
+        kept = []
+        for output in outputs:
+            if output.late:
+                value, _host, why = _resolve(output.value, final, 1)
+                if value is None:
+                    problems.append((output.origin, output.key, why.replace("discovered on this node",
+                                                                            "produced by any matched rule")))
+                    continue
+                output = Output(output.key, value, output.origin, output.elements)
+            kept.append(output)
+        return tuple(kept)
+
+    return dataclasses.replace(outcome, labels=resolved(outcome.labels), annotations=resolved(outcome.annotations),
+                               extended_resources=resolved(outcome.extended_resources), problems=tuple(problems))

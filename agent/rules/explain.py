@@ -90,7 +90,9 @@ def _candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
     return lines
 
 
-def explain(plan: Plan, target: str, options: RuleOptions | None = None) -> Explanation:
+def explain(plan: Plan, target: str, options: RuleOptions | None = None, hidden: str | None = None) -> Explanation:
+    """``hidden``: why discovery found the raw label ``target`` stands for but its label filter
+    hides it (a source setting), for a label nothing else produces."""
     options = options or RuleOptions()
     state = plan.state
     key = target
@@ -114,6 +116,8 @@ def explain(plan: Plan, target: str, options: RuleOptions | None = None) -> Expl
             lines += ["  " + line for line in others]
         return Explanation(target, True, True, tuple(lines))
     candidates = _candidates(plan, target, options)
+    if hidden:
+        return Explanation(target, False, True, (f"{target}: not produced: discovered, and hidden by {hidden}", *candidates))
     if not candidates:
         return Explanation(target, False, False, (f"{target}: not produced, and no rule or label file in the catalogue can produce it",))
     return Explanation(target, False, True, (f"{target}: not produced", *candidates))

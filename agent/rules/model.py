@@ -35,6 +35,7 @@ class RuleOptions:
     deny_label_ns: tuple[str, ...] = ()
     extra_label_ns: tuple[str, ...] = ()
     autoprefix: bool = True
+    nfd_namespace: str = "node-feature-discovery"  # NodeFeature objects here merge first (nfd-master's own)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "deny_label_ns", tuple(self.deny_label_ns))

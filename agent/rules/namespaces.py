@@ -68,11 +68,20 @@ def annotation_problem(key: str, options: RuleOptions) -> str | None:
     return namespace_problem(key, options, "annotation")
 
 
+def _nfd_only(key: str, what: str) -> str | None:
+    """NFD's ``validate.ExtendedResource`` and ``validate.Taint``: of ``kubernetes.io`` only
+    ``feature.node.kubernetes.io`` and its subdomains (not ``profile.node``, which labels get)."""
+    namespace = label_namespace(key)
+    if _in_domain(namespace, "kubernetes.io") and not _in_domain(namespace, DEFAULT_NAMESPACE):
+        return f"{what} namespace {namespace!r} is reserved by Kubernetes (only feature.node.kubernetes.io is allowed)"
+    return None
+
+
 def resource_problem(name: str, options: RuleOptions) -> str | None:
     """Extended resources: the kubernetes.io rule applies (NFD); the label deny list too."""
-    return namespace_problem(name, options, "extended resource")
+    return namespace_problem(name, options, "extended resource") or _nfd_only(name, "extended resource")
 
 
 def taint_problem(key: str, options: RuleOptions) -> str | None:
     """Taint keys must be prefixed (never auto-prefixed) and outside kubernetes.io."""
-    return namespace_problem(key, options, "taint")
+    return namespace_problem(key, options, "taint") or _nfd_only(key, "taint")

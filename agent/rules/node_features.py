@@ -3,7 +3,8 @@ nfd-master merges them (``pkg/nfd-master/nfd-master.go`` ``getAndMergeNodeFeatur
 ``api/nfd/v1alpha1/feature.go`` ``MergeInto``).
 
 Discovery's result plays the part of NFD's own worker object and comes first; the node's
-other objects follow sorted by name, then namespace. A later object adds flags, overrides an
+objects in NFD's own namespace follow (``RuleOptions.nfd_namespace``, ``--nfd-namespace``), then
+the others, each group sorted by name, then namespace (nfd-master's sort). A later object adds flags, overrides an
 attribute of the same name, appends instances, and overrides a label of the same key.
 Unprefixed label keys get ``feature.node.kubernetes.io/``, a prefixed key in the same object
 winning over the unprefixed one (``addNsToMapKeys``); the labels then go through the same
@@ -118,11 +119,13 @@ def _merge(base: Feature | None, extra: Feature) -> Feature:
 
 
 def join_node_features(features: Mapping[str, Feature], labels: Mapping[str, str], label_origins: Mapping[str, str],
-                       objects: Iterable[NodeFeatureObject]) -> tuple[dict[str, Feature], dict[str, str], dict[str, str]]:
+                       objects: Iterable[NodeFeatureObject], nfd_namespace: str = "node-feature-discovery",
+                       ) -> tuple[dict[str, Feature], dict[str, str], dict[str, str]]:
     """Discovery's features, labels and label origins with the node's objects merged in, in
-    NFD's order; discovery's own answer is untouched where no object speaks."""
+    NFD's order (``nfd_namespace``'s first); discovery's own answer is untouched where no
+    object speaks."""
     joined, all_labels, origins = dict(features), dict(labels), dict(label_origins)
-    for obj in sorted(objects, key=lambda o: (o.name, o.namespace)):
+    for obj in sorted(objects, key=lambda o: (o.namespace != nfd_namespace, o.name, o.namespace)):
         for name, feature in obj.features.items():
             joined[name] = _merge(joined.get(name), feature)
         for key, value in obj.labels.items():

@@ -25,7 +25,15 @@ from agent.k8s_validation import (
     qualified_name_errors,
     taint_errors,
 )
-from agent.rules.evaluate import EvaluationResult, Output, RuleResult, evaluate_rules
+from agent.rules.evaluate import (
+    RULE_MATCHED,
+    EvaluationResult,
+    Output,
+    RuleResult,
+    attribute_feature,
+    evaluate_rules,
+    resolve_reference,
+)
 from agent.rules.model import Catalogue, Dependency, LabelFile, RuleOptions
 from agent.rules.namespaces import annotation_problem, autoprefix, namespace_problem, resource_problem, taint_problem
 
@@ -50,6 +58,7 @@ class Plan:
     label_files: tuple[LabelFileResult, ...]
     raw_labels: Mapping[str, str]
     node_labels: Mapping[str, str]
+    features: Mapping[str, Feature] = dataclasses.field(default_factory=dict)  # what the rules matched against
 
 
 def _element_provenance(origin: str, result: RuleResult, output: Output, host_path: str = "") -> Provenance:
@@ -215,6 +224,24 @@ def _apply_label_files(builder: _Builder, catalogue: Catalogue, raw: Mapping[str
     return [results[k] for k in sorted(results)]
 
 
+def _raw_labels(builder: _Builder, raw_labels: Mapping[str, str], label_origins: Mapping[str, str],
+                features: Mapping[str, Feature], evaluation: EvaluationResult) -> None:
+    """Discovery's and NodeFeature objects' labels; an ``@dom.feature.element`` value is
+    resolved against the features and every matched rule's ``rule.matched``, as nfd-master's
+    ``filterFeatureLabel`` resolves the NodeFeature labels once all rules have run."""
+    final = {**features, RULE_MATCHED: attribute_feature(evaluation.matched_vars, "matched rules")}
+    for key, value in sorted(raw_labels.items()):
+        origin = label_origins.get(key, "")
+        text = str(value)
+        if text.startswith("@"):
+            resolved, host, why = resolve_reference(text, final)
+            if resolved is None:
+                builder.problems.append(Problem(origin or "discovery", f"label {key}={text}", f"skipped: {why}"))
+                continue
+            text, origin = resolved, host or origin
+        builder.label(key, text, Provenance("discovery", "", "raw NFD feature label", "", origin))
+
+
 def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],
          catalogue: Catalogue, options: RuleOptions | None = None, label_origins: Mapping[str, str] | None = None) -> Plan:
     """Pure: the desired node state and its trace.  ``state.problems`` are this plan's refused
@@ -224,10 +251,9 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
     raw_labels = dict(raw_labels or {})
     node_labels = dict(node_labels or {})
     builder = _Builder(options)
-    for key, value in sorted(raw_labels.items()):
-        builder.label(key, str(value), Provenance("discovery", "", "raw NFD feature label", "", label_origins.get(key, "")))
     visible = {**node_labels, **raw_labels}
     evaluation = evaluate_rules(catalogue, features, visible)
+    _raw_labels(builder, raw_labels, label_origins, features, evaluation)
     _apply_rules(builder, evaluation)
     _declared_without_devices(builder, catalogue)
     files = _apply_label_files(builder, catalogue, raw_labels, node_labels, label_origins)
@@ -243,7 +269,7 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
             f"{ANNOTATIONS_TOTAL_MAX}-byte budget for all of a Node's annotations; the metadata write would be "
             "rejected: produce fewer labels (deny a namespace, disable a source) or shorter keys"))
         state = dataclasses.replace(state, problems=state.problems + (problem,))
-    return Plan(state, evaluation, tuple(files), raw_labels, node_labels)
+    return Plan(state, evaluation, tuple(files), raw_labels, node_labels, features)
 
 
 def plan_node(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],

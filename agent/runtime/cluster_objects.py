@@ -9,7 +9,9 @@ file edit).
 Each NodeFeatureRule object goes through the rule files' parser (``agent.rules.cluster_rules``)
 and the files' reload policy, per object: its first version is used whatever it holds (bad
 rules skipped, problems reported); a later version that brings a new problem is refused and
-the last good version stays in force; every problem is reported once per object version
+the last good version stays in force, except an item the namespace policy or Kubernetes'
+validation refuses (a denied taint key): that item is skipped and the edit applies, as
+nfd-master filters it; every problem is reported once per object version
 (``on_problem``: a log line and a Warning Event on the Node naming the object and field).
 
 Objects are tenant input (``agent.rules.budget``): an object over the per-object budget is not
@@ -52,6 +54,7 @@ from agent.rules.node_features import (
     join_node_features,
     parse_node_feature,
 )
+from agent.rules.static_checks import static_problems
 from agent.runtime.cluster_watch import Changes, CollectionAbsent, CollectionWatch, Key
 from agent.runtime.rules_state import problem_key
 
@@ -88,7 +91,7 @@ class ClusterObjects:
         self._node_features: dict[Key, NodeFeatureObject] = {}
         self._features_whole = False  # a whole LIST of NodeFeature objects was read
         self._merged: tuple[Catalogue, int, Catalogue] | None = None  # (files, generation, merged)
-        self._clashes: set[str] = set()
+        self._overrides: set[str] = set()  # names of objects replacing a rule file, logged once
         self.watches: list[CollectionWatch] = []
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -175,7 +178,9 @@ class ClusterObjects:
                 continue
             rule_set, problems = parse_rule_object(obj, self.options, taints=self.taints)
             if previous is not None and previous[1] is not None:
-                known = {problem_key(p) for p in previous[2]}
+                # an item the policy refuses is skipped and the rest applies, as nfd-master
+                # filters it; only a rule or object that cannot be used refuses the edit
+                known = {problem_key(p) for p in previous[2]} | self._item_refusals(rule_set)
                 new = [p for p in problems if problem_key(p) not in known]
                 if new:  # an invalid edit: the last good version stays in force
                     self._report(name, digest, new, "changed but is invalid; keeping its last good version")
@@ -260,6 +265,10 @@ class ClusterObjects:
     def _in_use_of(self, kind: str) -> bool:
         """Whether this process had a whole read of ``kind`` before its bound was passed."""
         return self._in_use is not None if kind == RULES else self._features_whole
+    def _item_refusals(self, rule_set: RuleSet | None) -> set[tuple[str, str, str]]:
+        if rule_set is None:
+            return set()
+        return {problem_key(p) for p in static_problems(Catalogue(rule_sets=(rule_set,)), self.options or RuleOptions())}
 
     def node_features_changed(self, changes: Changes, everything: bool) -> None:
         with self._lock:
@@ -300,7 +309,7 @@ class ClusterObjects:
     # -- what the agent reads ---------------------------------------------------------------------
     def catalogue(self, files: Catalogue) -> Catalogue:
         """The files' catalogue with the cluster's rule sets (remembered until either changes);
-        a name clash is reported once, when it appears."""
+        an object replacing a rule file is logged once, when it appears."""
         with self._lock:
             if self._merged is not None and self._merged[0] is files and self._merged[1] == self.generation:
                 return self._merged[2]
@@ -308,10 +317,11 @@ class ClusterObjects:
             rule_sets = list(self._in_use or ())
             problems = [p for _, _, found, _ in self._rules.values() for p in found]
         merged = with_cluster_rules(files, rule_sets, problems)
-        clashes = {p.item: p for p in merged.problems[len(files.problems) + len(problems):]}
-        for name in sorted(set(clashes) - self._clashes):
-            self._report(f"NodeFeatureRule/{name}", "clash", [clashes[name]], "is also a rule file")
-        self._clashes = set(clashes)
+        overrides = {p.item: p for p in merged.warnings[len(files.warnings):]}
+        for name in sorted(set(overrides) - self._overrides):
+            log.info("cluster object NodeFeatureRule/%s %s", name, overrides[name].reason,
+                     extra={"node": self.node_name, "event": "rules-override"})
+        self._overrides = set(overrides)
         with self._lock:
             self._merged = (files, generation, merged)
         return merged
@@ -320,4 +330,4 @@ class ClusterObjects:
              label_origins: Mapping[str, str]) -> tuple[dict[str, Feature], dict[str, str], dict[str, str]]:
         with self._lock:
             objects = list(self._node_features.values())
-        return join_node_features(features, labels, label_origins, objects)
+        return join_node_features(features, labels, label_origins, objects, (self.options or RuleOptions()).nfd_namespace)

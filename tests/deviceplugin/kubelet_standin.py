@@ -102,7 +102,8 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
     def Register(self, request, context):
         if request.version not in SUPPORTED_VERSIONS:
             context.abort(grpc.StatusCode.UNKNOWN, f"unsupported API version {request.version}")
-        if request.resource_name.startswith("kubernetes.io/") or extended_resource_name_errors(request.resource_name):
+        # kubelet: v1helper.IsExtendedResourceName (no "kubernetes.io/" anywhere, pkg/kubelet/cm/devicemanager)
+        if "kubernetes.io/" in request.resource_name or extended_resource_name_errors(request.resource_name):
             context.abort(grpc.StatusCode.UNKNOWN, f"invalid resource name {request.resource_name}")
         if self.on_register is not None:
             self.on_register(request)

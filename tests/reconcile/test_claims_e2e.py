@@ -140,7 +140,9 @@ def test_a_missing_or_damaged_record_is_rebuilt_and_removal_works_again(server, 
     ann = server.node(NODE)["metadata"]["annotations"]
     assert EDGETPU in ann[ANNOTATION_OWNED_LABELS].split(",")
     assert ann[ANNOTATION_OWNED_RESOURCES] == "node-feature-agent.io/edgetpu"
-    assert ann[ANNOTATION_OWNED_TAINTS] == OUR_TAINT.to_string()
+    # a taint on the Node is not adopted by a process that never held it: it may be an
+    # identical one an admin set (agent.reconcile.claims); it stays, and is not the agent's
+    assert ANNOTATION_OWNED_TAINTS not in ann
     assert "OwnershipRecordRebuilt" in reasons(server)
 
     assert restarted.reconcile(plan_of(DesiredNodeState())).ok  # unplugged: stale labels go
@@ -148,6 +150,24 @@ def test_a_missing_or_damaged_record_is_rebuilt_and_removal_works_again(server, 
     assert EDGETPU not in node["metadata"]["labels"]
     assert "node-feature-agent.io/edgetpu" not in node["status"]["capacity"]
     assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert OUR_TAINT.to_json() in node["spec"]["taints"]
+
+
+def test_a_taint_record_deleted_under_a_running_agent_is_rebuilt_from_its_memory(server):
+    producible = {OUR_TAINT.key}  # what the rules produce, edited below as a rule file would be
+    rec = make(server, ClaimPolicy(taint_keys=lambda: frozenset(producible)))
+    assert rec.reconcile(plan_of(WANT)).ok
+    server.edit_node(NODE, lambda n: {**n, "metadata": {**n["metadata"], "annotations": {
+        k: v for k, v in n["metadata"]["annotations"].items() if k != ANNOTATION_OWNED_TAINTS}}})
+    assert rec.reconcile(plan_of(WANT)).ok
+    assert server.node(NODE)["metadata"]["annotations"][ANNOTATION_OWNED_TAINTS] == OUR_TAINT.to_string()
+    # and the rule gone (no rule, no --startup-taint produces the key now): the taint goes
+    producible.clear()
+    assert rec.reconcile(plan_of(DesiredNodeState())).ok
+    node = server.node(NODE)
+    assert all(t["key"] != OUR_TAINT.key for t in node["spec"]["taints"])
+    for foreign in FOREIGN_TAINTS:
+        assert foreign in node["spec"]["taints"]
 
 
 def test_clean_without_a_record_says_what_it_could_not_attribute(server):

@@ -53,7 +53,7 @@ def test_problems_name_the_object_and_field() -> None:
     ]
 
 
-def test_a_name_in_files_and_cluster_is_an_error_and_the_file_is_kept() -> None:
+def test_an_object_named_as_a_rule_file_replaces_it() -> None:
     files = load_catalogue([str(LABELS_DIR)])
     renamed = copy.deepcopy(INTEL)
     renamed["metadata"]["name"] = "00-intel-copy"
@@ -64,6 +64,7 @@ def test_a_name_in_files_and_cluster_is_an_error_and_the_file_is_kept() -> None:
     names = [r.name for r in merged.rule_sets]
     assert names == sorted(names) and names.count("intel-dp-devices") == 1 and "00-intel-copy" in names
     kept = next(r for r in merged.rule_sets if r.name == "intel-dp-devices")
-    assert kept.origin.endswith(".yaml:4")  # the file's
-    (clash,) = merged.problems[len(files.problems):]
-    assert clash.origin == "NodeFeatureRule/intel-dp-devices:metadata.name" and "rule file" in clash.reason
+    assert kept.origin == "NodeFeatureRule/intel-dp-devices:metadata.name"  # the object's
+    assert merged.problems == files.problems
+    (override,) = merged.warnings[len(files.warnings):]
+    assert override.origin == "NodeFeatureRule/intel-dp-devices:metadata.name" and "rule file" in override.reason

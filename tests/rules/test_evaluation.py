@@ -326,10 +326,10 @@ def test_unprefixed_keys_are_auto_prefixed_and_still_validated(tmp_path):
           extendedResources: {"my-res": "2"}
     """)}, FEATURES)
     assert plan.state.labels["feature.node.kubernetes.io/my-feature"] == "true"
-    # Kubernetes treats any name containing "kubernetes.io/" as native: refused, never sent
-    assert plan.state.extended_resources == {}
-    (problem,) = catalogue.problems
-    assert problem.origin.endswith("r.yaml:9") and "native resources" in problem.reason
+    # NFD prefixes extended resources too (nfd-master processNodeFeatureRule: addNsToMapKeys
+    # with ExtendedResourceNs); the result is a prefixed native name a pod may request
+    assert plan.state.extended_resources == {"feature.node.kubernetes.io/my-res": "2"}
+    assert not catalogue.problems
 
 
 def test_an_ownership_record_over_the_annotation_budget_is_reported_at_plan_time(tmp_path):

@@ -134,3 +134,31 @@ def test_an_error_after_a_failed_condition_is_not_reached(tmp_path: Path) -> Non
     """, features)
     assert labels == {}
     assert len([p for p in problems if "not an integer" in p]) == 1
+
+
+def test_nil_and_empty_sets_survive_a_node_feature_object(tmp_path: Path) -> None:
+    """MatchMulti starts from "matched" only when the flag or attribute set is non-nil
+    (``keys != nil || values != nil``): through a NodeFeature object, an empty ``elements``
+    of flags or attributes is a present, empty set (an empty term matches), an instance
+    feature with no instances is not (an empty term fails, as TestMatchMulti's "empty
+    expression and empty input instances")."""
+    from agent.rules.node_features import join_node_features, parse_node_feature
+
+    obj, problems = parse_node_feature({"metadata": {"namespace": "v", "name": "o"}, "spec": {"features": {
+        "flags": {"e2e.noflags": {"elements": {}}}, "attributes": {"e2e.noattrs": {"elements": {}}},
+        "instances": {"e2e.noinst": {"elements": []}}}}})
+    assert not problems
+    features, _, _ = join_node_features({}, {}, {}, [obj])
+    labels, _ = _labels(tmp_path, """
+        - name: flags
+          labels: {"ex.com/flags": "true"}
+          matchFeatures: [{feature: e2e.noflags, matchExpressions: {}}]
+        - name: attrs
+          labels: {"ex.com/attrs": "true"}
+          matchFeatures: [{feature: e2e.noattrs, matchExpressions: {x: {op: DoesNotExist}}}]
+          labelsTemplate: "{{ range .e2e.noattrs }}ex.com/v-{{ .Name }}=v{{ .Value }}\\n{{ end }}"
+        - name: instances
+          labels: {"ex.com/instances": "true"}
+          matchFeatures: [{feature: e2e.noinst, matchExpressions: {}}]
+    """, features)
+    assert labels == {"ex.com/flags": "true", "ex.com/attrs": "true", "ex.com/v-x": "v"}

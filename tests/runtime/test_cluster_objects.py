@@ -187,8 +187,11 @@ def _passes_with(caplog: pytest.LogCaptureFixture, kind: str) -> list[str]:
     return [m for m in lines if m.startswith("reconcile (") and kind in m[len("reconcile ("):m.index(")")].split(",")]
 
 
-def test_a_name_in_files_and_cluster_is_one_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent.runtime.agent")
+def test_an_object_named_as_a_rule_file_overrides_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One precedence: the cluster object replaces the file's rule set of the same name (a
+    cluster admin updates a vendor's rules without rebuilding the image), logged once; its
+    edits are followed; deleting it brings the file's rules back."""
+    caplog.set_level(logging.INFO, logger="agent.runtime.cluster_objects")
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "intel.yaml").write_text(INTEL_FILE.read_text())
@@ -199,21 +202,19 @@ def test_a_name_in_files_and_cluster_is_one_error(tmp_path: Path, caplog: pytest
         server.custom.apply(changed)
         agent = start_agent(server, rules, tmp_path)
         try:
-            wait_for(lambda: [w for w in _warnings(server) if "rule file defines NodeFeatureRule intel-dp-devices" in w],
-                     what="the clash reported")
-            assert labels_of(server)["intel.feature.node.kubernetes.io/qat"] == "true"  # the file's, not silently
-            # A new version of the object (its spec changed) is merged again and still clashes;
-            # a resync pass started once the agent has it recomputes the catalogue with it. The
-            # clash is not reported again (a pass's Event is posted before its log line).
-            generation = agent.cluster.generation
+            wait_for(lambda: labels_of(server).get("intel.feature.node.kubernetes.io/qat") == "from-object",
+                     what="the object's value")
             again = copy.deepcopy(changed)
             again["spec"]["rules"][5]["labels"] = {"intel.feature.node.kubernetes.io/qat": "from-object-2"}
             server.custom.apply(again)
-            wait_for(lambda: agent.cluster.generation > generation, what="the new version read")
-            agent.queue.put("resync", sources=None)
-            wait_for(lambda: _passes_with(caplog, "resync"), what="a resync pass")
-            assert len([w for w in _warnings(server) if "rule file defines" in w]) == 1
-            assert labels_of(server)["intel.feature.node.kubernetes.io/qat"] == "true"
+            wait_for(lambda: labels_of(server).get("intel.feature.node.kubernetes.io/qat") == "from-object-2",
+                     what="the object's edit")
+            overrides = [r.getMessage() for r in caplog.records if "overrides the rule file" in r.getMessage()]
+            assert len(overrides) == 1 and "intel-dp-devices" in overrides[0]
+            assert not [w for w in _warnings(server) if "intel-dp-devices" in w]  # not a problem: no Warning
+            server.custom.delete("NodeFeatureRule", "intel-dp-devices")
+            wait_for(lambda: labels_of(server).get("intel.feature.node.kubernetes.io/qat") == "true",
+                     what="the file's rules back")
         finally:
             agent.stop(timeout=5)
 

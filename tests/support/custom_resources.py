@@ -7,7 +7,8 @@ the rest): routes ``/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>]`
 CRD's scope; LIST (label selector, ``limit``/``continue`` paging) and WATCH (the server's
 watch machinery), GET, POST, PUT, merge-patch PATCH, DELETE; on every write the structural
 schema of ``openAPIV3Schema`` is applied as the real server applies it: unknown fields pruned
-(``pkg/apiserver/schema/pruning``), then types, ``required``, ``enum`` validated, each failure a
+(``pkg/apiserver/schema/pruning``), non-nullable nulls without a default dropped
+(``pkg/apiserver/schema/defaulting/prunenulls.go``), then types, ``required``, ``enum`` validated, each failure a
 cause in a 422 ``Invalid`` (field path, ``Required value``, ``Unsupported value``, ``must be of
 type``; the texts of ``k8s.io/apimachinery/pkg/util/validation/field`` and kube-openapi's
 ``validate``); ``metadata.name`` must be a DNS-1123 subdomain. A CRD not installed is a 404,
@@ -54,6 +55,36 @@ def prune(schema: dict[str, Any], value: Any) -> Any:
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [prune(schema["items"], v) for v in value]
     return value
+
+
+def prune_nulls(schema: dict[str, Any] | None, value: Any) -> Any:
+    """Drop a ``null`` field whose schema is not ``nullable`` and has no ``default``, as
+    apiextensions-apiserver does before defaulting and validation
+    (``pkg/apiserver/schema/defaulting/prunenulls.go`` ``PruneNonNullableNullsWithoutDefaults``,
+    called by ``unstructuredDefaulter.Default`` in ``pkg/apiserver/customresource_handler.go``).
+    A field with no schema (unknown, already pruned) is left as it is; list items are walked
+    with the ``items`` schema, and a null list item is kept (validation refuses it)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            sub = _field_schema(schema, key)
+            if item is None and sub is not None and not sub.get("nullable") and "default" not in sub:
+                continue
+            out[key] = prune_nulls(sub, item)
+        return out
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema, dict) else None
+        return [prune_nulls(items if isinstance(items, dict) else None, item) for item in value]
+    return value
+
+
+def _field_schema(schema: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    if not isinstance(schema, dict):
+        return None
+    props, extra = schema.get("properties") or {}, schema.get("additionalProperties")
+    if key in props:
+        return dict(props[key])
+    return extra if isinstance(extra, dict) else None
 
 
 def _type_name(value: Any) -> str:
@@ -183,7 +214,7 @@ class CustomResources:
         if not isinstance(body, dict):
             raise ApiError(400, status_body(400, f"the body of the request must be a {names['kind']} object"))
         schema = version["schema"]["openAPIV3Schema"]
-        obj = prune(schema, copy.deepcopy(body))
+        obj = prune_nulls(schema, prune(schema, copy.deepcopy(body)))
         obj["apiVersion"], obj["kind"] = f"{group}/{version['name']}", names["kind"]
         meta: dict[str, Any] = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
         obj["metadata"] = {k: v for k, v in meta.items() if k in ("name", "namespace", "labels", "annotations",

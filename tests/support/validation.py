@@ -172,8 +172,11 @@ def _standard(name: str) -> bool:
 
 def validate_resources(status: Mapping[str, Any], check_names: bool) -> list[Cause]:
     """``ValidateNodeResources`` (quantities >= 0, extended ones whole) plus, when
-    ``check_names``, the resource-name rules pods are held to (the real server stores any name
-    in node capacity; the fake refuses so a test notices the agent sending one)."""
+    ``check_names``, the resource-name rules pods are held to (``validateContainerResourceName``
+    in ``pkg/apis/core/validation``: a prefixed name is either native, containing
+    ``kubernetes.io/`` (``IsNativeResource``), or must be an extended resource name). The real
+    server stores any name in node capacity; the fake refuses so a test notices the agent
+    sending one no pod could request."""
     causes: list[Cause] = []
     for section in ("capacity", "allocatable"):
         for name, text in (status.get(section) or {}).items():
@@ -186,7 +189,7 @@ def validate_resources(status: Mapping[str, Any], check_names: bool) -> list[Cau
                 elif qualified_name_problems(name):
                     causes += [invalid(path, name, p) for p in qualified_name_problems(name)]
                     continue
-                elif not is_extended_resource_name(name) and not name.startswith(("hugepages-",)):
+                elif "kubernetes.io/" not in name and not is_extended_resource_name(name):
                     causes.append(invalid(path, name, "doesn't follow extended resource name standard"))
                     continue
             try:

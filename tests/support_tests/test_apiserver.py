@@ -242,7 +242,7 @@ def test_same_taint_key_with_two_effects_is_fine(core):
     ("example.com/half", "1500m", "must be an integer"),
     ("pods", "1500m", "must be an integer"),  # helper.IsIntegerResourceName: pods is an integer resource
     ("example.com/neg", "-1", "must be greater than or equal to 0"),
-    ("kubernetes.io/thing", "1", "doesn't follow extended resource name standard"),
+    ("requests.example.com/thing", "1", "doesn't follow extended resource name standard"),
     ("Example.com/x", "1", "prefix part a lowercase RFC 1123 subdomain"),
     ("dongle", "1", "must be a standard resource type or fully qualified"),
 ])
@@ -252,6 +252,16 @@ def test_extended_resource_rules(core, name, value, fragment):
                                           JSON_PATCH, status=True))
     assert status == 422
     assert any(c["field"] == f"status.capacity.{name}" and fragment in c["message"] for c in body["details"]["causes"])
+
+
+def test_prefixed_native_resource_names_are_ones_a_pod_may_request(core):
+    """``validateContainerResourceName`` checks a prefixed name for the extended-name standard
+    only when it is not native (``IsNativeResource``: contains ``kubernetes.io/``), so NFD's
+    ``feature.node.kubernetes.io/nons`` is requestable and stored; whole numbers are not required
+    of it (``IsIntegerResourceName`` is the integer set or extended names)."""
+    node = patch(core, [{"op": "add", "path": "/status/capacity/feature.node.kubernetes.io~1nons", "value": "123"}],
+                 JSON_PATCH, status=True)
+    assert node["status"]["capacity"]["feature.node.kubernetes.io/nons"] == "123"
 
 
 def test_resource_names_pass_when_name_checks_are_off():
