@@ -80,6 +80,7 @@ def start(server: FakeApiServer, tmp_path: Path, options: RuleOptions | None = N
     rules.mkdir(exist_ok=True)
     settings = Settings(node_name=NODE, rules_dirs=[str(rules)], host_root=str(FIXTURES / "minimal"), sources=("local",),
                         metrics_port=None, udev_mode="off", watch_timeout=30, rules_from_cluster=True,
+                        enable_taints=True,  # NFD's e2e runs nfd-master with -enable-taints
                         rule_options=options, backoff=BackoffSettings(initial=0.05, maximum=0.2))
     agent = Agent(settings, NodeApi.from_configuration(server.client_configuration())).start()
     wait_for(agent.ready.is_set, what="first reconcile")

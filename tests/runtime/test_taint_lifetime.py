@@ -55,6 +55,7 @@ def quick_absent_retry(monkeypatch: pytest.MonkeyPatch) -> None:
 def start(server: FakeApiServer, rules_dir: Path, *, from_cluster: bool) -> Agent:
     settings = Settings(node_name=NODE, rules_dirs=[str(rules_dir)], host_root=str(FIXTURES / "intel-server"),
                         metrics_port=None, udev_mode="off", watch_timeout=30, rules_from_cluster=from_cluster,
+                        enable_taints=True,  # object taints apply only with --enable-taints, as in NFD's e2e
                         backoff=BackoffSettings(initial=0.05, maximum=0.2))
     agent = Agent(settings, NodeApi.from_configuration(server.client_configuration())).start()
     wait_for(agent.ready.is_set, what="first reconcile")
