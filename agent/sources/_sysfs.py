@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from agent.features import SourceError
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS, IncompleteFile
 
 _HEX_CHARS = "0123456789abcdefABCDEF"
 PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -94,7 +94,8 @@ class AttributeReader:
     def failure(self, exc: HostFileError, message: str = "", path: str = "") -> None:
         """Report ``exc`` (``message`` in place of ``unreadable: <reason>``); a read that
         failed, not one that found junk, is counted."""
-        self.error(path or exc.host_path, message or f"unreadable: {exc.reason}")
+        default = exc.reason if isinstance(exc, IncompleteFile) else f"unreadable: {exc.reason}"
+        self.error(path or exc.host_path, message or default)
         if exc.unreadable:
             self.unread += 1
 
