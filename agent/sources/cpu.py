@@ -228,18 +228,19 @@ def _check_processors(probe: CpuProbe, listed: int) -> None:
     online. sysfs is asked again on a mismatch: a CPU taken offline between the two reads
     is no cut file. No online list (an old kernel, a recording without it): nothing to check;
     one that cannot be read or parsed: cpuinfo cannot be known whole."""
+    expected = 0
     for _ in range(2):
         try:
             online = probe.host.read_attr(CPUS_ONLINE)
         except HostFileError as exc:
             raise IncompleteFile(CPUINFO, f"cannot tell how many CPUs are online ({CPUS_ONLINE}: "
-                                f"{exc.reason})") from exc
+                                 f"{exc.reason})") from exc
         if online is None:
             return
         expected = cpulist_count(online)
         if expected is None:
             raise IncompleteFile(CPUINFO, f"cannot tell how many CPUs are online ({CPUS_ONLINE} "
-                                f"is no CPU list: {online[:40]!r})")
+                                 f"is no CPU list: {online[:40]!r})")
         if listed >= expected:
             return
     raise IncompleteFile(CPUINFO, f"{listed} processor(s) listed, {expected} online ({CPUS_ONLINE})")
