@@ -237,10 +237,11 @@ def _check_processors(probe: CpuProbe, listed: int) -> None:
                                  f"{exc.reason})") from exc
         if online is None:
             return
-        expected = cpulist_count(online)
-        if expected is None:
+        count = cpulist_count(online)
+        if count is None:
             raise IncompleteFile(CPUINFO, f"cannot tell how many CPUs are online ({CPUS_ONLINE} "
                                  f"is no CPU list: {online[:40]!r})")
+        expected = count
         if listed >= expected:
             return
     raise IncompleteFile(CPUINFO, f"{listed} processor(s) listed, {expected} online ({CPUS_ONLINE})")
