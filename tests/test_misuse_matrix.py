@@ -420,10 +420,18 @@ def _cpuinfo_made(shape):
     return make
 
 
+def _emptied(path):
+    """A kernel file that always has a line, found empty (memory-swap, system-os_release.*,
+    kernel-version.* and kernel-config.* decide on them)."""
+    return lambda root: (root / path).write_bytes(b"")
+
+
 HOSTILE_HOSTS = {"idvendor-eisdir": _idvendor_a_directory, "idvendor-fifo": _idvendor_a_fifo,
                  "out-of-descriptors": lambda root: None,
                  "cpuinfo-empty": _cpuinfo_made("empty"), "cpuinfo-cut-mid-line": _cpuinfo_made("cut-mid-line"),
-                 "cpuinfo-fewer-processors": _cpuinfo_made("fewer-processors")}
+                 "cpuinfo-fewer-processors": _cpuinfo_made("fewer-processors"),
+                 "swaps-empty": _emptied("proc/swaps"), "os-release-empty": _emptied("etc/os-release"),
+                 "osrelease-empty": _emptied("proc/sys/kernel/osrelease")}
 
 
 @pytest.mark.parametrize("state", list(HOSTILE_HOSTS))
