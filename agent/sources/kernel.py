@@ -272,11 +272,15 @@ def _modules(host: HostFS, found: _Found, release: str) -> None:
 def _selinux_and_kvm(host: HostFS, found: _Found) -> None:
     enforce = "/sys/fs/selinux/enforce"
     try:
-        selinux = host.read_bytes(enforce, 16)[:1] == b"1"
+        data = host.read_bytes(enforce, 16)
+        if not data:  # sel_read_enforce always writes the mode, 0 or 1 (security/selinux/selinuxfs.c)
+            raise IncompleteFile(enforce, "empty")
+        selinux = data[:1] == b"1"
     except HostFileError as exc:
         selinux = False
         if not exc.missing:
-            found.error(enforce, f"unreadable: {exc.reason}", True, ("selinux", (nfd_label(NAME, "selinux.enabled"),)))
+            message = exc.reason if isinstance(exc, IncompleteFile) else f"unreadable: {exc.reason}"
+            found.error(enforce, message, True, ("selinux", (nfd_label(NAME, "selinux.enabled"),)))
     found.features["selinux"] = Feature(attributes={"enabled": "true" if selinux else "false"}, origin=enforce)
     if selinux:
         found.label("selinux.enabled", "true", enforce)

@@ -315,3 +315,18 @@ def test_x86_vendor_names_are_klauspost_vendor_mapping(tmp_path, vendor_id, expe
     (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor_id}\ncpu family\t: 7\n"
                                            f"model\t\t: 59\nflags\t\t: fpu sse sse2\n\n")
     assert cpu.discover(HostFS(tmp_path)).labels[P + "model.vendor_id"] == expected
+
+
+@pytest.mark.parametrize(("sysinfo", "message"), [
+    ("", "incomplete: empty; cpu-model.hypervisor not reported"),
+    ("Manufacturer:         IBM\nType:  ", "incomplete: cut mid-line (no final newline); cpu-model.hypervisor not reported"),
+])
+def test_s390x_sysinfo_not_whole_leaves_the_model_undetermined(tmp_path, sysinfo, message):
+    """The Control Program line may be the part not read: no hypervisor is guessed."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("vendor_id       : IBM/S390\nfeatures\t: esan3 zarch\n")
+    (tmp_path / "proc/sysinfo").write_text(sysinfo)
+    result = cpu.discover(HostFS(tmp_path))
+    assert P + "model.hypervisor" not in result.labels
+    assert [(e.path, e.message) for e in result.errors] == [("/proc/sysinfo", message)]
+    assert result.undetermined["model"] == (P + "model.*",)

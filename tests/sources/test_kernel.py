@@ -352,3 +352,11 @@ def test_an_empty_module_list_is_no_module_loaded(tmp_path):
     put(root, "/proc/modules", "")
     result = run(root)
     assert not result.errors and not result.undetermined and "loadedmodule" not in result.features
+
+
+def test_an_empty_selinux_enforce_is_undetermined(tmp_path):
+    root = host_with(tmp_path)
+    put(root, "/sys/fs/selinux/enforce", "")
+    result = run(root)
+    assert [(e.path, e.message) for e in result.errors] == [("/sys/fs/selinux/enforce", "incomplete: empty")]
+    assert dict(result.undetermined) == {"selinux": (P + "selinux.enabled",)}
