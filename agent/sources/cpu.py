@@ -26,7 +26,7 @@ from agent.sources.cpu_cpuinfo import CpuInfoBlock, cpulist_count, parse_cpuinfo
 from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 from agent.sources.cpu_model import model_attributes
-from agent.sources.cpu_ownproc import AT_HWCAP, AT_HWCAP2, AUXV, AuxvError, kernel_file, parse_auxv
+from agent.sources.cpu_ownproc import AT_HWCAP, AT_HWCAP2, AUXV, AuxvCut, AuxvError, kernel_file, parse_auxv
 from agent.sources.cpu_sysfs import (
     CPU_SYSFS,
     NX_GZIP_CAPS,
@@ -260,6 +260,10 @@ def _ppc_hwcaps(probe: CpuProbe) -> tuple[frozenset[str], str]:
         return frozenset(), AUXV
     try:
         vector = parse_auxv(data)
+    except AuxvCut as exc:
+        probe.failure(IncompleteFile(AUXV, str(exc).removeprefix("incomplete: ")), f"{exc}; no cpu-cpuid flags", AUXV)
+        probe.undetermined["cpuid"] = (nfd_label(NAME, "cpuid.*"),)
+        return frozenset(), AUXV
     except AuxvError as exc:
         probe.error(AUXV, f"{exc}; no cpu-cpuid flags")
         return frozenset(), AUXV
