@@ -82,6 +82,16 @@ class HostFileError(OSError):
         return not self.missing and not self.content
 
 
+class IncompleteFile(HostFileError):
+    """A host file read, but not whole: empty where its writer never leaves it empty, cut
+    mid-line, or saying less than the rest of the host shows it must (fewer processors than
+    are online). Raised by the source that knows the file's format; ``unreadable`` like any
+    failed read: what it says is undetermined, never absent."""
+
+    def __init__(self, host_path: str, reason: str) -> None:
+        super().__init__(host_path, f"incomplete: {reason}")
+
+
 Outcome: TypeAlias = "bytes | list[str] | HostFileError | None"
 Recorder: TypeAlias = Callable[[str, str, Outcome], None]
 """``recorder(operation, host_path, outcome)``: see the module's contract, point 4."""

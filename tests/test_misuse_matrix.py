@@ -401,9 +401,9 @@ def test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor
 
 
 #: hostile host states for ``apply`` on the Coral USB Accelerator's host (coral-usb): its
-#: ``idVendor`` a directory or a FIFO while its device directory is still listed, or discovery
-#: out of descriptors (``tests/faults/test_unreadable_host.py`` holds the same cases for the
-#: PCIe card, and for ``run``)
+#: ``idVendor`` a directory or a FIFO while its device directory is still listed, discovery
+#: out of descriptors, or a host file read but not whole (``tests/faults/test_unreadable_host.py``
+#: holds the same cases for the PCIe card, and for ``run``)
 UNREADABLE_IDVENDOR = "sys/devices/pci0000:00/0000:00:14.0/usb2/2-2/idVendor"
 
 
@@ -417,8 +417,28 @@ def _idvendor_a_fifo(root):
     os.mkfifo(root / UNREADABLE_IDVENDOR)
 
 
+def _cpuinfo_made(shape):
+    """/proc/cpuinfo rewritten incomplete (``tests/faults/test_unreadable_host.py``'s shapes)."""
+    def make(root):
+        from tests.faults.test_unreadable_host import INCOMPLETE
+
+        path = root / "proc/cpuinfo"
+        path.write_text(INCOMPLETE[shape](path.read_text()))
+    return make
+
+
+def _emptied(path):
+    """A kernel file that always has a line, found empty (memory-swap, system-os_release.*,
+    kernel-version.* and kernel-config.* decide on them)."""
+    return lambda root: (root / path).write_bytes(b"")
+
+
 HOSTILE_HOSTS = {"idvendor-eisdir": _idvendor_a_directory, "idvendor-fifo": _idvendor_a_fifo,
-                 "out-of-descriptors": lambda root: None}
+                 "out-of-descriptors": lambda root: None,
+                 "cpuinfo-empty": _cpuinfo_made("empty"), "cpuinfo-cut-mid-line": _cpuinfo_made("cut-mid-line"),
+                 "cpuinfo-fewer-processors": _cpuinfo_made("fewer-processors"),
+                 "swaps-empty": _emptied("proc/swaps"), "os-release-empty": _emptied("etc/os-release"),
+                 "osrelease-empty": _emptied("proc/sys/kernel/osrelease")}
 
 
 @pytest.mark.parametrize("state", list(HOSTILE_HOSTS))

@@ -13,6 +13,11 @@ real values, e.g. canonical quantities). Every failure is turned into one typed
 ``NodeNotFound``             404                                     caller waits
 ``RequestRejected``          400, 401, 413, 415, other              caller reports
 ===========================  =====================================  ==========================
+
+A 2xx answer to a Node GET or PATCH is the Node only when it says so: ``kind: Node``, the
+name asked for and a ``metadata.uid`` (:func:`node_answer_problem`). Anything else (a
+``Status``, another kind, another Node, a proxy's page) is ``Transient``: read as the Node,
+every owned label would look removed by someone else.
 """
 
 from __future__ import annotations
@@ -144,6 +149,24 @@ def classify(operation: str, exc: BaseException) -> NodeApiError:
     raise TypeError(f"not an API error: {exc!r}") from exc
 
 
+def node_answer_problem(answer: Mapping[str, Any], name: str) -> str:
+    """Why ``answer`` is not the Node ``name`` as the API server returns it ("" when it is):
+    ``kind: Node``, ``metadata.name`` the name asked for, a non-empty ``metadata.uid``
+    (every object the API server stores has one: ObjectMeta, k8s.io/apimachinery)."""
+    kind = answer.get("kind")
+    if kind != "Node":
+        return f"kind {str(kind)[:40]!r}, not Node"
+    metadata = answer.get("metadata")
+    if not isinstance(metadata, dict):
+        return "no metadata"
+    if metadata.get("name") != name:
+        return f"Node {str(metadata.get('name'))[:63]!r}, not {name!r}"
+    uid = metadata.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return "no metadata.uid"
+    return ""
+
+
 def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
     """The client ``Configuration`` from a kubeconfig file, or the in-cluster service account
     when ``kubeconfig`` is empty. urllib3's own retries are switched off: the reconciler's
@@ -173,31 +196,38 @@ class NodeApi:
         """A ``NodeApi`` on a fresh ``ApiClient`` for ``configuration`` (:func:`load_configuration`)."""
         return cls(LightCoreV1Api(ApiClient(configuration)), request_timeout=request_timeout)
 
-    def _json(self, operation: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def _json(self, operation: str, call: Callable[..., Any], *args: Any, node: str = "", **kwargs: Any
+              ) -> dict[str, Any]:
+        """The answer's JSON object; ``node``: it must be that Node (:func:`node_answer_problem`)."""
         try:
             response = call(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
             data = response.data
         except Exception as exc:  # classified and re-raised typed; TypeError for anything else
             raise classify(operation, exc) from exc
+        status = int(getattr(response, "status", 0) or 0)
         try:
             parsed = json.loads(data)
         except ValueError as exc:
-            raise Transient(operation, 0, f"response was not JSON: {data[:200]!r}") from exc
+            raise Transient(operation, status, f"response was not JSON: {data[:200]!r}") from exc
         if not isinstance(parsed, dict):
-            raise Transient(operation, 0, "response was not a JSON object")
+            raise Transient(operation, status, "response was not a JSON object")
+        problem = node_answer_problem(parsed, node) if node else ""
+        if problem:
+            raise Transient(operation, status, f"the answer is not the Node: {problem}")
         return parsed
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return self._json(f"GET node {name}", self.core.read_node, name)
+        return self._json(f"GET node {name}", self.core.read_node, name, node=name)
 
     def patch_metadata(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """JSON merge patch on the main resource: labels, annotations, spec.taints."""
-        return self._json(f"PATCH node {name}", self.core.patch_node, name, dict(body), _content_type=MERGE_PATCH)
+        return self._json(f"PATCH node {name}", self.core.patch_node, name, dict(body), node=name,
+                          _content_type=MERGE_PATCH)
 
     def patch_status(self, name: str, ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """JSON patch on ``/status`` (capacity, allocatable)."""
         return self._json(f"PATCH node {name}/status", self.core.patch_node_status, name, [dict(op) for op in ops],
-                          _content_type=JSON_PATCH)
+                          node=name, _content_type=JSON_PATCH)
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._json(f"POST event in {namespace}", self.core.create_namespaced_event, namespace, dict(body))

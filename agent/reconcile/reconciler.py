@@ -45,6 +45,7 @@ from agent.reconcile.node_api import (
     NodeNotFound,
     Transient,
     call_with_retries,
+    node_answer_problem,
 )
 from agent.reconcile.notices import Notices, readable
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
@@ -184,7 +185,7 @@ class Reconciler:
     def preview(self, plan: PlanFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
         """What ``reconcile`` would change, without writing (``apply --dry-run``)."""
         try:
-            node = node_as_dict(live_node) if live_node is not None else self._get()
+            node = self._first(live_node)
         except NodeApiError as err:
             return self._failure(err, _Pass(cleaning=False), None)
         live = LiveNode.from_dict(node)
@@ -202,7 +203,7 @@ class Reconciler:
              ) -> tuple[ReconcileOutcome, LiveNode | None]:
         run = _Pass(cleaning)
         try:
-            node = node_as_dict(live_node) if live_node is not None else self._get()
+            node = self._first(live_node)
         except NodeApiError as err:
             return self._failure(err, run, None), None
         while True:
@@ -219,6 +220,18 @@ class Reconciler:
             if isinstance(answer, ReconcileOutcome):
                 return answer, live
             node = answer
+
+    def _first(self, live_node: Mapping[str, Any] | Any | None) -> dict[str, Any]:
+        """The Node to plan on first: the one handed in (the watch's) when it is this Node
+        (``node_answer_problem``), else a GET."""
+        if live_node is not None:
+            node = node_as_dict(live_node)
+            problem = node_answer_problem(node, self.node_name)
+            if not problem:
+                return node
+            log.warning("node %s: the watched object is not the Node (%s); reading it instead", self.node_name,
+                        problem)
+        return self._get()
 
     def _get(self) -> dict[str, Any]:
         return call_with_retries(lambda: self.api.get_node(self.node_name), self.backoff, self._sleep,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from agent.features import SourceError
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS, IncompleteFile
 
 _HEX_CHARS = "0123456789abcdefABCDEF"
 PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -76,6 +76,20 @@ def oserror_errno(exc: HostFileError) -> int | None:
     return cause.errno if isinstance(cause, OSError) else None
 
 
+def whole_lines(path: str, text: str, *, may_be_empty: bool = False) -> str:
+    """``text`` of a file whose writer ends every line with a newline (a kernel ``seq_file``,
+    ``proc_dostring``, a generated config): returned as it is when whole. Cut mid-line (no
+    final newline), or empty where the writer always writes a line (``may_be_empty``: a list
+    that can have no entries), is :class:`~agent.hostfs.IncompleteFile`."""
+    if not text.strip():
+        if may_be_empty and not text:
+            return text
+        raise IncompleteFile(path, "empty")
+    if not text.endswith("\n"):
+        raise IncompleteFile(path, "cut mid-line (no final newline)")
+    return text
+
+
 class AttributeReader:
     """Reads host files for one source: each failure a ``SourceError``, each failed read
     counted (``unread``) so that what it decides can be marked undetermined."""
@@ -94,7 +108,8 @@ class AttributeReader:
     def failure(self, exc: HostFileError, message: str = "", path: str = "") -> None:
         """Report ``exc`` (``message`` in place of ``unreadable: <reason>``); a read that
         failed, not one that found junk, is counted."""
-        self.error(path or exc.host_path, message or f"unreadable: {exc.reason}")
+        default = exc.reason if isinstance(exc, IncompleteFile) else f"unreadable: {exc.reason}"
+        self.error(path or exc.host_path, message or default)
         if exc.unreadable:
             self.unread += 1
 
@@ -118,6 +133,16 @@ class AttributeReader:
             return self.host.read_attr(path)
         except HostFileError as exc:
             if oserror_errno(exc) not in absent_errnos:
+                self.failure(exc, path=path)
+            return None
+
+    def lines(self, path: str, *, may_be_empty: bool = False) -> str | None:
+        """A whole text file of lines (:func:`whole_lines`), ``None`` when missing; one that
+        cannot be read, or not whole, is a failure (counted), one that is no text an error."""
+        try:
+            return whole_lines(path, self.host.read_text(path), may_be_empty=may_be_empty)
+        except HostFileError as exc:
+            if not exc.missing:
                 self.failure(exc, path=path)
             return None
 

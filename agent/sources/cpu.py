@@ -19,14 +19,14 @@ import logging
 from collections.abc import Callable, Mapping
 
 from agent.features import ElementNames, Feature, SourceResult, nfd_label
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS, IncompleteFile
 from agent.sources.cpu_arm32 import arm32_attributes
 from agent.sources.cpu_config import Config
-from agent.sources.cpu_cpuinfo import CpuInfoBlock, parse_cpuinfo
+from agent.sources.cpu_cpuinfo import CpuInfoBlock, cpulist_count, parse_cpuinfo, processor_count
 from agent.sources.cpu_flags import nfd_flags, ppc_flags, x86_vendor
 from agent.sources.cpu_live import LIVE_FACTS_PATH, LiveFactsError, facts_as_block, facts_for, live_cpu_facts
 from agent.sources.cpu_model import model_attributes
-from agent.sources.cpu_ownproc import AT_HWCAP, AT_HWCAP2, AUXV, AuxvError, kernel_file, parse_auxv
+from agent.sources.cpu_ownproc import AT_HWCAP, AT_HWCAP2, AUXV, AuxvCut, AuxvError, kernel_file, parse_auxv
 from agent.sources.cpu_sysfs import (
     CPU_SYSFS,
     NX_GZIP_CAPS,
@@ -65,6 +65,16 @@ UNLABELLED_SECURITY = frozenset({"tdx.total_keys", "sgx.epc", "sev.encrypted_sta
 _CPUINFO_READ_LIMIT = 256 * 1024  # a processor block is a few KiB even with every flag
 #: layouts without a feature line: ppc64 (flags from auxv), riscv64 and loongarch64 (none in NFD)
 _NO_FLAG_LINE = ("ppc64", "riscv64", "loongarch64")
+#: the CPUs whose processor lines /proc/cpuinfo prints: the online ones (x86 ``c_start`` steps
+#: through ``cpu_online_mask``, arch/x86/kernel/cpu/proc.c; arm64 ``c_show`` loops
+#: ``for_each_online_cpu``, arch/arm64/kernel/cpuinfo.c; s390 ``show_cpu_summary`` likewise,
+#: arch/s390/kernel/processor.c), in the cpulist format of Documentation/ABI/testing/sysfs-devices-system-cpu
+CPUS_ONLINE = "/sys/devices/system/cpu/online"
+#: features computed from cpuinfo's text, and the label keys each gives: undetermined together
+#: when cpuinfo could not be read whole
+FROM_CPUINFO: Mapping[str, tuple[str, ...]] = {
+    "cpuid": (nfd_label(NAME, "cpuid.*"),), "model": (nfd_label(NAME, "model.*"),), "rdt": (),
+    "security": (nfd_label(NAME, "security.*"),), "coprocessor": (nfd_label(NAME, "coprocessor.*"),), "arm32": ()}
 
 
 _DEFAULT_CONFIG = Config()
@@ -72,7 +82,9 @@ _DEFAULT_CONFIG = Config()
 
 def discover(host: HostFS, config: Config = _DEFAULT_CONFIG) -> SourceResult:
     probe = CpuProbe(host)
-    block, origin = _cpuinfo_block(probe)
+    block, origin, unread = _cpuinfo_block(probe)
+    if unread:  # every feature computed from cpuinfo's text is unknown this pass, not absent
+        probe.undetermined.update(FROM_CPUINFO)
     features: dict[str, Feature] = {}
     labels: dict[str, str] = {}
     origins: dict[str, str] = {}
@@ -146,9 +158,10 @@ def _put(labels: dict[str, str], origins: dict[str, str], key: str, value: str, 
     origins[nfd_label(NAME, key)] = origin
 
 
-def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
-    """The parsed /proc/cpuinfo or, failing that, recorded/live facts."""
-    block = CpuInfoBlock()
+def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str, bool]:
+    """The parsed /proc/cpuinfo or, failing that, recorded/live facts; and whether cpuinfo is
+    there but could not be read whole (unreadable, or incomplete: :func:`_parse_cpuinfo`)."""
+    block, unread = CpuInfoBlock(), False
     try:
         block = _parse_cpuinfo(probe, probe.host.read_bytes(CPUINFO, _CPUINFO_READ_LIMIT))
     except HostFileError as exc:
@@ -156,43 +169,82 @@ def _cpuinfo_block(probe: CpuProbe) -> tuple[CpuInfoBlock, str]:
             probe.error(CPUINFO, "missing")
         else:
             probe.failure(exc)
-            probe.undetermined.update({"cpuid": (nfd_label(NAME, "cpuid.*"),), "model": (nfd_label(NAME, "model.*"),)})
+            unread = True
     if block.arch and (block.raw_flags or block.arch in _NO_FLAG_LINE):
-        return block, CPUINFO
+        return block, CPUINFO, unread
     try:
         facts, where = facts_for(probe.host)
     except (HostFileError, LiveFactsError) as exc:
         probe.error(LIVE_FACTS_PATH, f"recorded CPU facts unusable: {exc}")
-        return block, CPUINFO
+        return block, CPUINFO, unread
     if facts:
         stand_in = facts_as_block(facts)
         if not stand_in.arch:
             probe.error(where, f"CPU facts for architecture {str(facts.get('arch', ''))[:20]!r} not used")
-        return stand_in, where
+        return stand_in, where, unread
     if where == "py-cpuinfo":
         probe.error(CPUINFO, "py-cpuinfo gave no CPU facts either")
-    return block, CPUINFO
+    return block, CPUINFO, unread
 
 
 def _parse_cpuinfo(probe: CpuProbe, data: bytes) -> CpuInfoBlock:
     """cpuinfo's bytes as read; on a huge host the complete blocks read (an empty block and an
-    error when the text is not cpuinfo)."""
+    error when the text is not cpuinfo: junk read is an answer).
+
+    Raises :class:`~agent.hostfs.IncompleteFile` when the text is incomplete: empty, cut
+    mid-line (the kernel ends every line with a newline), in no layout the kernel prints, an
+    architecture's processor block without its feature line (x86 ``show_cpuinfo`` prints
+    ``flags`` unconditionally, arm64 ``c_show`` ``Features``), or fewer processors than
+    sysfs lists online. Not read whole is undetermined, never "no such CPU features"."""
     truncated = len(data) >= _CPUINFO_READ_LIMIT
     end = len(data)
-    if truncated:  # a huge host: keep the complete blocks read
+    if truncated:  # a huge host: keep the complete blocks read (our bound, not a cut file)
         end = data.rfind(b"\n\n") if b"\n\n" in data.lstrip(b"\n") else 0
     try:
         if truncated and not end:
             raise ValueError("first processor block is truncated or absurdly long")
         if data.find(b"\x00", 0, end) >= 0:
             raise ValueError("binary content (NUL byte)")
-        block = parse_cpuinfo(data[:end].decode("utf-8"))
+        text = data[:end].decode("utf-8")
     except (UnicodeDecodeError, ValueError) as exc:
         probe.error(CPUINFO, f"not a cpuinfo text: {exc}")
         return CpuInfoBlock()
+    if not text.strip():
+        raise IncompleteFile(CPUINFO, "empty")
+    if not truncated and not text.endswith("\n"):
+        raise IncompleteFile(CPUINFO, "cut mid-line (no final newline)")
+    block = parse_cpuinfo(text)
     if not block.arch:
-        probe.error(CPUINFO, "no flags/Features line: unknown cpuinfo layout")
+        raise IncompleteFile(CPUINFO, "no flags/Features line, in no layout the kernel prints")
+    if block.arch not in _NO_FLAG_LINE and not block.raw_flags:
+        raise IncompleteFile(CPUINFO, f"{block.arch} layout without its feature line")
+    if not truncated:
+        _check_processors(probe, processor_count(text))
     return block
+
+
+def _check_processors(probe: CpuProbe, listed: int) -> None:
+    """Raise :class:`~agent.hostfs.IncompleteFile` when cpuinfo listed fewer processors than are
+    online. sysfs is asked again on a mismatch: a CPU taken offline between the two reads
+    is no cut file. No online list (an old kernel, a recording without it): nothing to check;
+    one that cannot be read or parsed: cpuinfo cannot be known whole."""
+    expected = 0
+    for _ in range(2):
+        try:
+            online = probe.host.read_attr(CPUS_ONLINE)
+        except HostFileError as exc:
+            raise IncompleteFile(CPUINFO, f"cannot tell how many CPUs are online ({CPUS_ONLINE}: "
+                                 f"{exc.reason})") from exc
+        if online is None:
+            return
+        count = cpulist_count(online)
+        if count is None:
+            raise IncompleteFile(CPUINFO, f"cannot tell how many CPUs are online ({CPUS_ONLINE} "
+                                 f"is no CPU list: {online[:40]!r})")
+        expected = count
+        if listed >= expected:
+            return
+    raise IncompleteFile(CPUINFO, f"{listed} processor(s) listed, {expected} online ({CPUS_ONLINE})")
 
 
 def _ppc_hwcaps(probe: CpuProbe) -> tuple[frozenset[str], str]:
@@ -208,6 +260,10 @@ def _ppc_hwcaps(probe: CpuProbe) -> tuple[frozenset[str], str]:
         return frozenset(), AUXV
     try:
         vector = parse_auxv(data)
+    except AuxvCut as exc:
+        probe.failure(IncompleteFile(AUXV, str(exc).removeprefix("incomplete: ")), f"{exc}; no cpu-cpuid flags", AUXV)
+        probe.undetermined["cpuid"] = (nfd_label(NAME, "cpuid.*"),)
+        return frozenset(), AUXV
     except AuxvError as exc:
         probe.error(AUXV, f"{exc}; no cpu-cpuid flags")
         return frozenset(), AUXV

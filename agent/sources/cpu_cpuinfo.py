@@ -12,6 +12,7 @@ agent runs on, so a recording from any host replays exactly.  Pure functions, no
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -113,3 +114,40 @@ def _parse_blocks(text: str) -> CpuInfoBlock:
             for key, value in block.items():
                 fields.setdefault(key, value)
     return CpuInfoBlock(fields, tuple(lines))
+
+
+_PROCESSOR_KEY = re.compile(r"processor(?: \d+)?[ \t]*", re.ASCII)
+
+
+def processor_count(text: str) -> int:
+    """How many processors the text lists: one ``processor : N`` line per CPU in every layout
+    (x86, arm, arm64, ppc64, riscv64, loongarch64), ``processor N: version = ...`` on s390x
+    (``show_cpu_summary``). The 32-bit ARM model line ``Processor : ...`` is not one."""
+    count = 0
+    for line in text.splitlines():
+        if line.startswith("processor"):
+            key, sep, _ = line.partition(":")
+            if sep and _PROCESSOR_KEY.fullmatch(key):
+                count += 1
+    return count
+
+
+_CPU_RANGE = re.compile(r"(\d{1,7})(?:-(\d{1,7}))?", re.ASCII)
+
+
+def cpulist_count(text: str) -> int | None:
+    """How many CPUs a sysfs CPU list names (``0-3,5,8-11`` -> 9; the format of
+    ``bitmap_print_list_to_buf``, lib/bitmap-str.c); ``None`` when it is no such list."""
+    text = text.strip()
+    if not text:
+        return 0  # the kernel prints an empty mask as an empty line
+    count = 0
+    for part in text.split(","):
+        match = _CPU_RANGE.fullmatch(part)
+        if match is None:
+            return None
+        first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+        if last < first:
+            return None
+        count += last - first + 1
+    return count

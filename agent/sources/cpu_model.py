@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 
-from agent.hostfs import HostFileError
-from agent.sources._sysfs import AttributeReader
+from agent.features import nfd_label
+from agent.hostfs import HostFileError, IncompleteFile
+from agent.sources._sysfs import AttributeReader, whole_lines
 from agent.sources.cpu_cpuinfo import CpuInfoBlock
 from agent.sources.cpu_flags import UNKNOWN_VENDOR, arm_model, x86_vendor
 from agent.sources.cpu_ownproc import SYSINFO, kernel_file
@@ -101,16 +102,23 @@ def _s390x(block: CpuInfoBlock) -> tuple[str, dict[str, str]]:
 
 
 def _s390x_hypervisor(probe: AttributeReader) -> str | None:
-    """``getHypervisorFromProcSysinfo``; ``None`` (no attribute, an error) when unreadable."""
+    """``getHypervisorFromProcSysinfo``; ``None`` (no attribute, an error) when unreadable,
+    or read but not whole (arch/s390/kernel/sysinfo.c writes lines, each ending in a
+    newline): then ``cpu.model`` is undetermined, since the ``Control Program:`` line may be
+    the part not read."""
     try:
         data, _where = kernel_file(probe.host, SYSINFO, _SYSINFO_LIMIT)
+        text = whole_lines(SYSINFO, data.decode("utf-8", "replace")) if data is not None else None
     except HostFileError as exc:
-        probe.error(SYSINFO, f"unreadable: {exc.reason}; cpu-model.hypervisor not reported")
+        probe.failure(exc, f"{exc.reason if isinstance(exc, IncompleteFile) else f'unreadable: {exc.reason}'}; "
+                      "cpu-model.hypervisor not reported", SYSINFO)
+        if exc.unreadable:
+            probe.undetermined["model"] = (nfd_label("cpu", "model.*"),)
         return None
-    if data is None:
+    if text is None:
         probe.error(SYSINFO, "missing; cpu-model.hypervisor not reported")
         return None
-    for line in data.decode("utf-8", "replace").split("\n"):
+    for line in text.split("\n"):
         if "Control Program:" in line:
             value = line.split(":", 1)[1].strip()
             return _UNSAFE.sub("_", value) if value else "none"

@@ -32,6 +32,12 @@ class AuxvError(ValueError):
     """Bytes that are not an auxiliary vector in any native layout."""
 
 
+class AuxvCut(AuxvError):
+    """An auxiliary vector read but not whole: empty, or entries of known types with no
+    ``AT_NULL`` after them (the kernel always ends the vector with it, ``create_elf_tables``
+    in fs/binfmt_elf.c, and ``/proc/<pid>/auxv`` shows it up to that entry)."""
+
+
 def kernel_file(host: HostFS, path: str, max_bytes: int) -> tuple[bytes | None, str]:
     """(content, where it was read) of a kernel-wide ``/proc`` file; ``(None, path)`` if absent.
 
@@ -66,14 +72,20 @@ def parse_auxv(data: bytes) -> dict[int, int]:
     state: the layout is the one that ends in ``AT_NULL``, has only known ``AT_*`` types and
     a power-of-two ``AT_PAGESZ``.  Raises :class:`AuxvError` when no layout fits.
     """
+    cut = not data
     for order, word in _LAYOUTS:
         entries = _entries(data, order, word)
-        if entries is not None:
+        if isinstance(entries, dict):
             return entries
+        cut = cut or entries
+    if cut:
+        raise AuxvCut(f"incomplete: no AT_NULL after {len(data)} bytes")
     raise AuxvError(f"not an auxiliary vector ({len(data)} bytes)")
 
 
-def _entries(data: bytes, order: str, word: int) -> dict[int, int] | None:
+def _entries(data: bytes, order: str, word: int) -> dict[int, int] | bool:
+    """The vector in this layout; ``True``: known types up to the end and no ``AT_NULL`` (a
+    cut vector); ``False``: not this layout."""
     pair = 2 * word
     fmt = f"{order}{'QQ' if word == 8 else 'II'}"
     entries: dict[int, int] = {}
@@ -81,8 +93,8 @@ def _entries(data: bytes, order: str, word: int) -> dict[int, int] | None:
         kind, value = struct.unpack_from(fmt, data, offset)
         if kind == AT_NULL:
             page = entries.get(AT_PAGESZ, 0)
-            return entries if page > 0 and page & (page - 1) == 0 else None
+            return entries if page > 0 and page & (page - 1) == 0 else False
         if kind >= _MAX_AT_TYPE:
-            return None
+            return False
         entries[kind] = value
-    return None
+    return bool(entries)

@@ -19,7 +19,7 @@ Properties are NUL-separated string lists as the kernel exports them.  Anything 
 not (non-UTF-8, control bytes, empty entries, absurd sizes) is reported and skipped; a
 string that is text but cannot form a label key stays in the features and gets no label.
 No device tree at all (x86) is simply an empty result. A property that could not be read (not
-absent: permissions, I/O) leaves its feature undetermined this pass, and with it every
+absent: permissions, I/O), or was cut short (no final NUL), leaves its feature undetermined this pass, and with it every
 ``beta.devicetree.org/`` label, so the caller keeps its earlier answer.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.features import ElementNames, Feature, Instance, SourceResult
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS, IncompleteFile
 from agent.k8s_validation import qualified_name_errors
 from agent.sources._config import agent_option
 from agent.sources._sysfs import AttributeReader
@@ -144,7 +144,10 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
 
 
 def read_string_list(reader: AttributeReader, path: str) -> list[str]:
-    """A string-list property; ``[]`` if missing, errors recorded for anything odd."""
+    """A string-list property; ``[]`` if missing, errors recorded for anything odd. One whose
+    last string has no NUL was cut short (dtc stores every string of a list NUL-terminated and
+    the kernel exports the property's bytes as they are): a failed read, so what it decides
+    is undetermined, not a shorter string."""
     try:
         data = reader.host.read_bytes(path, MAX_PROPERTY_BYTES + 1)
     except HostFileError as exc:
@@ -153,6 +156,9 @@ def read_string_list(reader: AttributeReader, path: str) -> list[str]:
         return []
     if len(data) > MAX_PROPERTY_BYTES:
         reader.error(path, f"larger than {MAX_PROPERTY_BYTES} bytes, not a device-tree string list; ignored")
+        return []
+    if data and not data.endswith(b"\0"):
+        reader.failure(IncompleteFile(path, "cut mid-string (no final NUL)"))
         return []
     strings, problems = split_string_list(data)
     for problem in problems:

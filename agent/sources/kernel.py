@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from agent.features import ElementNames, Feature, SourceError, SourceResult, nfd_label
-from agent.hostfs import HostFileError, HostFS
+from agent.hostfs import HostFileError, HostFS, IncompleteFile
 from agent.sources._config import STRING, nfd_option
+from agent.sources._sysfs import whole_lines
 
 NAME = "kernel"
 FEATURES: Mapping[str, ElementNames] = {
@@ -126,8 +127,13 @@ def _decode(data: bytes) -> str:
         raise _Unusable(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
-def _read_big_text(host: HostFS, path: str) -> str | None:
-    """A text file of up to MAX_TEXT_BYTES, ``None`` when missing; ``/proc/config.gz`` unpacked."""
+def _read_big_text(host: HostFS, path: str, *, may_be_empty: bool = False) -> str | None:
+    """A text file of up to MAX_TEXT_BYTES, ``None`` when missing; ``/proc/config.gz`` unpacked.
+
+    Read but not whole is a failed read (``unread``): a truncated gzip stream, or text empty
+    (unless ``may_be_empty``: a module list) or cut mid-line (``whole_lines``: every file read
+    here is written a line at a time, each ending in a newline: ``conf_write``,
+    scripts/kconfig/confdata.c; ``m_show``, kernel/module/procfs.c; modules.builtin by kbuild)."""
     try:
         data = host.read_bytes(path, MAX_TEXT_BYTES + 1)
     except HostFileError as exc:
@@ -139,12 +145,15 @@ def _read_big_text(host: HostFS, path: str) -> str | None:
             unpacker = zlib.decompressobj(16 + zlib.MAX_WBITS)
             data = unpacker.decompress(data, MAX_TEXT_BYTES + 1)
             if not unpacker.eof and len(data) <= MAX_TEXT_BYTES:
-                raise _Unusable("truncated gzip stream")
+                raise _Unusable("incomplete: truncated gzip stream", unread=True)
         except zlib.error as exc:
             raise _Unusable(f"corrupt gzip: {exc}") from exc
     if len(data) > MAX_TEXT_BYTES:
         raise _Unusable(f"larger than {MAX_TEXT_BYTES} bytes; not a real kernel file")
-    return _decode(data)
+    try:
+        return whole_lines(path, _decode(data), may_be_empty=may_be_empty)
+    except IncompleteFile as exc:
+        raise _Unusable(exc.reason, unread=True) from exc
 
 
 @dataclass(frozen=True)
@@ -183,18 +192,26 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
     release = _version(host, found)
     _kconfig(host, found, release, config)
     _modules(host, found, release)
+    if "version" in found.undetermined:  # the files named by the release were not looked for
+        if "config" not in found.features:
+            found.undetermined["config"] = (nfd_label(NAME, "config.*"),)
+        found.undetermined.setdefault("enabledmodule", ())
     _selinux_and_kvm(host, found)
     return SourceResult(NAME, found.features, found.labels, found.errors, found.origins, found.undetermined)
 
 
 def _version(host: HostFS, found: _Found) -> str:
+    """The kernel release; ``osrelease`` there but not whole (``proc_dostring`` writes the
+    release and a newline, kernel/sysctl.c) is a failed read: the version is undetermined."""
     release = ""
     try:
-        release = (host.read_attr(OSRELEASE) or "").strip()
-        if not release:
-            found.error(OSRELEASE, "missing or empty; no kernel version")
+        release = whole_lines(OSRELEASE, host.read_text(OSRELEASE)).strip()
     except HostFileError as exc:
-        found.error(OSRELEASE, f"unreadable: {exc.reason}", exc.unreadable, ("version", (nfd_label(NAME, "version.*"),)))
+        if exc.missing:
+            found.error(OSRELEASE, "missing or empty; no kernel version")
+        else:
+            message = exc.reason if isinstance(exc, IncompleteFile) else f"unreadable: {exc.reason}"
+            found.error(OSRELEASE, message, exc.unreadable, ("version", (nfd_label(NAME, "version.*"),)))
     if len(release) > 256 or any(c.isspace() for c in release):
         found.error(OSRELEASE, f"not a kernel release: {release[:40]!r}")
         release = ""
@@ -231,7 +248,7 @@ def _kconfig(host: HostFS, found: _Found, release: str, config: Config) -> None:
 def _modules(host: HostFS, found: _Found, release: str) -> None:
     loaded: set[str] = set()
     try:
-        text = _read_big_text(host, PROC_MODULES)
+        text = _read_big_text(host, PROC_MODULES, may_be_empty=True)  # no module loaded
         if text is not None:
             loaded, rejected = parse_modules(text)
             if rejected:
@@ -242,7 +259,7 @@ def _modules(host: HostFS, found: _Found, release: str) -> None:
     if release:
         builtin_path = f"/lib/modules/{release}/modules.builtin"
         try:
-            text = _read_big_text(host, builtin_path)
+            text = _read_big_text(host, builtin_path, may_be_empty=True)
             enabled |= parse_builtin(text) if text is not None else set()
         except _Unusable as exc:
             found.error(builtin_path, str(exc), exc.unread, ("enabledmodule", ()))
@@ -255,11 +272,15 @@ def _modules(host: HostFS, found: _Found, release: str) -> None:
 def _selinux_and_kvm(host: HostFS, found: _Found) -> None:
     enforce = "/sys/fs/selinux/enforce"
     try:
-        selinux = host.read_bytes(enforce, 16)[:1] == b"1"
+        data = host.read_bytes(enforce, 16)
+        if not data:  # sel_read_enforce always writes the mode, 0 or 1 (security/selinux/selinuxfs.c)
+            raise IncompleteFile(enforce, "empty")
+        selinux = data[:1] == b"1"
     except HostFileError as exc:
         selinux = False
         if not exc.missing:
-            found.error(enforce, f"unreadable: {exc.reason}", True, ("selinux", (nfd_label(NAME, "selinux.enabled"),)))
+            message = exc.reason if isinstance(exc, IncompleteFile) else f"unreadable: {exc.reason}"
+            found.error(enforce, message, True, ("selinux", (nfd_label(NAME, "selinux.enabled"),)))
     found.features["selinux"] = Feature(attributes={"enabled": "true" if selinux else "false"}, origin=enforce)
     if selinux:
         found.label("selinux.enabled", "true", enforce)

@@ -4,7 +4,10 @@ NUMA node count, swap, NVDIMM namespaces and hugepage pools, from the same files
 (``source/memory/memory.go``), plus one extra attribute feature ``memory.meminfo``
 (``MemTotal`` in bytes) that NFD does not have but capacity rules find useful. A file that
 could not be read (not absent: permissions, I/O) leaves the feature it decides, and its
-labels, undetermined this pass: the caller keeps its earlier answer.
+labels, undetermined this pass: the caller keeps its earlier answer. So does one read but not
+whole: ``/proc/swaps`` and ``/proc/meminfo`` empty or cut mid-line (the kernel ends every
+line with a newline and always writes the first one: ``swap_show``'s header, mm/swapfile.c;
+``MemTotal``, fs/proc/meminfo.c ``meminfo_proc_show``).
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
             label("numa", NODES)
 
     with reader.deciding("swap", nfd_label(NAME, "swap")):
-        swaps = reader.attr(SWAPS)
+        swaps = reader.lines(SWAPS)  # never empty: swap_show prints its header line first
     if swaps is not None:
         enabled = count_nonempty_lines(swaps) > 1
         features["swap"] = Feature(attributes={"enabled": str(enabled).lower()}, origin=SWAPS)
@@ -113,7 +116,7 @@ def discover(host: HostFS, config: Config = Config()) -> SourceResult:
         features["hugepages"] = Feature(attributes=hugepages, origin=HUGEPAGES)
 
     with reader.deciding("meminfo"):
-        meminfo = reader.attr(MEMINFO)
+        meminfo = reader.lines(MEMINFO)
     if meminfo is not None:
         total = meminfo_total_bytes(meminfo)
         if total is None:

@@ -4,7 +4,7 @@ os-release as ``source/system/system.go`` parses it (every ``^\\w+=.+`` line, qu
 trimmed, plus ``VERSION_ID.major``/``.minor``), the 16 world-readable DMI attributes NFD
 keeps (no serials, no UUID; no label, as in NFD) and the node name. A file that could not be
 read (not absent: permissions, I/O) leaves its feature undetermined this pass, and the
-caller keeps its earlier answer.
+caller keeps its earlier answer; so does an os-release read but not whole (:func:`os_release_cut`).
 """
 
 from __future__ import annotations
@@ -56,6 +56,23 @@ def parse_os_release(text: str) -> dict[str, str]:
     return release
 
 
+def os_release_cut(text: str) -> str:
+    """Why ``text`` is an os-release file not written whole ("" when it is): empty, or ending
+    inside a quoted value. os-release(5) requires a value with spaces or special characters to
+    be quoted, so a last line that opens a quote and has no closing one nor a newline was cut
+    mid-value. A missing final newline alone is no cut (the format separates lines by
+    newlines), nor is a missing key (every key is optional)."""
+    if not text.strip():
+        return "empty"
+    if text.endswith("\n"):
+        return ""
+    match = _LINE.match(text.rpartition("\n")[2])
+    value = match.group(2).rstrip() if match else ""
+    if value[:1] in ("'", '"') and (len(value) < 2 or value[-1] != value[0]):
+        return "cut inside a quoted value (no final newline)"
+    return ""
+
+
 @dataclass(frozen=True)
 class Config:
     """NFD's system source has no section; the node name is set by the runner (``--node-name``)."""
@@ -105,10 +122,16 @@ def _os_release(host: HostFS, errors: list[SourceError], undetermined: dict[str,
             errors.append(SourceError(NAME, path, "binary content (NUL byte)"))
             continue
         try:
-            release = parse_os_release(data.decode("utf-8"))
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             errors.append(SourceError(NAME, path, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
             continue
+        cut = os_release_cut(text)
+        if cut:
+            errors.append(SourceError(NAME, path, f"incomplete: {cut}"))
+            undetermined["osrelease"] = (nfd_label(NAME, "os_release.*"),)
+            continue
+        release = parse_os_release(text)
         if release:
             return release, path
         errors.append(SourceError(NAME, path, "no KEY=value lines"))
@@ -117,7 +140,7 @@ def _os_release(host: HostFS, errors: list[SourceError], undetermined: dict[str,
 
 def _dmi(host: HostFS, errors: list[SourceError], undetermined: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """The DMI attributes read, each failure reported in this order as reading the file alone
-    would; one that could not be read leaves ``system.dmiid`` undetermined."""
+    would; one that could not be read, or holds zero bytes, leaves ``system.dmiid`` undetermined."""
     dmi: dict[str, str] = {}
     values, failures = host.read_attrs(DMI_DIR, DMI_ATTRIBUTES)
     for attr in DMI_ATTRIBUTES:
@@ -128,6 +151,20 @@ def _dmi(host: HostFS, errors: list[SourceError], undetermined: dict[str, tuple[
                 undetermined["dmiid"] = ()
             continue
         value = values.get(attr)
+        if value == "" and _zero_bytes(host, f"{DMI_DIR}/{attr}"):
+            errors.append(SourceError(NAME, f"{DMI_DIR}/{attr}", "incomplete: empty, left out"))
+            undetermined["dmiid"] = ()
+            continue
         if value is not None:
             dmi[attr] = value
     return dmi
+
+
+def _zero_bytes(host: HostFS, path: str) -> bool:
+    """Whether the attribute file holds nothing at all: the kernel writes every DMI attribute
+    as ``"%s\n"`` (drivers/firmware/dmi-id.c ``sys_dmi_field_show``), so even an empty string
+    has its newline; zero bytes is a file not written whole (a copy cut short)."""
+    try:
+        return host.read_bytes(path, 1) == b""
+    except HostFileError:
+        return False  # gone or unreadable since: the next pass reads it again

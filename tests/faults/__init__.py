@@ -31,6 +31,12 @@ label dir replaced by an invalid one   test_host_faults::test_label_dir_replaced
 sysfs devices vanishing mid-scan       test_host_faults::test_sysfs_devices_vanishing_mid_scan  fuzz/ (whole-host chaos)
 device file unreadable (EISDIR, FIFO)  test_unreadable_host::test_run_keeps_the_coral_while_it_cannot_be_read  test_unreadable_host::test_apply_keeps_the_coral_while_its_vendor_file_cannot_be_read
 out of descriptors (EMFILE)            test_unreadable_host::test_apply_out_of_descriptors_leaves_the_node_as_it_is  test_misuse_matrix::test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was
+/proc/cpuinfo incomplete (empty, cut  test_unreadable_host::test_run_holds_the_cpu_labels_while_cpuinfo_is_incomplete  test_misuse_matrix::test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was; sources/test_cpu::test_incomplete_cpuinfo_is_a_read_failure; fuzz/test_fuzz_cpu::test_a_cut_cpuinfo_never_decides_other_labels
+ mid-line, fewer processors)
+/proc/swaps, os-release, kernel        test_misuse_matrix::test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was  sources/test_memory, test_kernel, test_system (every shape, file by file)
+ release found empty
+2xx answer that is not the Node       test_node_answers::test_a_get_answered_with_something_else_is_retried_and_writes_nothing
+ (Status, Pod, other Node, no uid)     test_node_answers::test_a_patch_answered_with_something_else_is_retried_and_counts_no_revert
 idle-client flood on the metrics port  test_misuse_matrix::test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent
 NodeFeatureRule taints, NoExecute      runtime/test_hostile_objects::test_taints_from_an_object_need_enable_taints
 >1,000 objects named first, restart    runtime/test_hostile_objects::test_more_objects_than_the_bound_named_first_keep_the_legitimate_label_after_a_restart

@@ -7,6 +7,10 @@ or the process runs out of descriptors (a low ``RLIMIT_NOFILE``) during discover
 and ``run``, real processes against the in-repo API server through the real client, keep the
 label and the capacity, and say why (a ``DiscoveryReadFailed`` Warning Event); a read that
 succeeds again decides, and a device really gone is removed.
+
+A file read but not whole is the same: an empty ``/proc/cpuinfo``, one cut mid-line, or one
+listing fewer processors than sysfs has online leaves every cpu label (the x86-64 levels
+included) as it is under ``run``, with the Event and ``nfa_feature_undetermined``.
 """
 
 from __future__ import annotations
@@ -179,19 +183,28 @@ class Agent:
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
-    def passes(self) -> int:
-        """Reconcile passes so far (``nfa_reconcile_total``, every outcome; 0 until it serves)."""
+    def metrics(self) -> str:
+        """The metrics page ("" until it serves)."""
         port = next((int(json.loads(line)["msg"].rsplit(" ", 1)[1]) for line in self.log.read_text().splitlines()
                      if '"listening"' in line), None)
         if port is None:
-            return 0
+            return ""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-                text = answer.read().decode()
+                return answer.read().decode()
         except OSError:
-            return 0
-        return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            return ""
+
+    def passes(self) -> int:
+        """Reconcile passes so far (``nfa_reconcile_total``, every outcome; 0 until it serves)."""
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in self.metrics().splitlines()
                        if line.startswith("nfa_reconcile_total{")))
+
+    def undetermined(self, feature: str) -> float | None:
+        """``nfa_feature_undetermined{feature}``; ``None`` while it has no sample."""
+        prefix = f'nfa_feature_undetermined{{feature="{feature}"}} '
+        return next((float(line[len(prefix):]) for line in self.metrics().splitlines() if line.startswith(prefix)),
+                    None)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -229,3 +242,68 @@ def test_run_keeps_the_coral_while_it_cannot_be_read(server, host, tmp_path, bro
     finally:
         agent.close()
 
+
+
+# -- a host file read, but not whole ---------------------------------------------------------
+
+CPUINFO = "proc/cpuinfo"
+
+
+def cpu_labels(node: dict) -> dict[str, str]:
+    return {k: v for k, v in node["metadata"]["labels"].items() if "/cpu-" in k}
+
+
+def cpuinfo_empty(text: str) -> str:
+    return ""
+
+
+def cpuinfo_cut_mid_line(text: str) -> str:
+    return text[:text.index(" avx512f ") + 5]  # inside the first block's flags line
+
+
+def cpuinfo_fewer_processors(text: str) -> str:
+    return "".join(text.partition("processor\t: 4")[:1])  # whole blocks of CPUs 0-3; 0-7 are online
+
+
+INCOMPLETE = {"empty": cpuinfo_empty, "cut-mid-line": cpuinfo_cut_mid_line,
+              "fewer-processors": cpuinfo_fewer_processors}
+
+
+@pytest.mark.parametrize("when", ["while-running", "at-start"])
+@pytest.mark.parametrize("shape", list(INCOMPLETE))
+def test_run_holds_the_cpu_labels_while_cpuinfo_is_incomplete(server, host, tmp_path, shape, when):
+    """An empty or cut /proc/cpuinfo (a bad copy, a read cut short) is not a CPU without
+    features: under ``run`` no label it decides is removed (the x86-64 levels placement
+    selects on included), a ``DiscoveryReadFailed`` Warning names the file and
+    ``nfa_feature_undetermined`` is 1 for ``cpu.cpuid``; the whole file read again decides
+    (a flag really gone is removed). ``at-start``: a fresh agent whose first pass cannot read
+    it, with the labels an earlier instance set."""
+    path = host / CPUINFO
+    whole = path.read_text()
+    assert "processor\t: 7" in whole and (host / "sys/devices/system/cpu/online").read_text() == "0-7\n"
+    if when == "at-start":
+        apply(server, tmp_path, host)
+        path.write_text(INCOMPLETE[shape](whole))
+    agent = Agent(server, tmp_path, host)
+    try:
+        labelled = wait_for(lambda: (node := server.node(NODE)) and len(cpu_labels(node)) > 50 and node, timeout=90,
+                            what="the cpu labels on the Node")["metadata"]["labels"]
+        assert labelled["feature.node.kubernetes.io/cpu-cpuid.X86_64_V4"] == "true"
+        if when == "while-running":
+            path.write_text(INCOMPLETE[shape](whole))
+        wait_for(lambda: agent.undetermined("cpu.cpuid") == 1, timeout=60, what="cpu.cpuid undetermined")
+        counted = agent.passes()
+        wait_for(lambda: agent.passes() >= counted + 3, timeout=60, what="three passes on the incomplete file")
+        assert server.node(NODE)["metadata"]["labels"] == labelled, "an incomplete cpuinfo changed a label"
+        warning = read_failed(server)
+        assert warning and warning[-1]["type"] == "Warning" and "/proc/cpuinfo" in warning[-1]["message"]
+        assert "incomplete" in warning[-1]["message"]
+
+        path.write_text(whole)
+        wait_for(lambda: agent.undetermined("cpu.cpuid") == 0, timeout=60, what="cpu.cpuid read again")
+        assert server.node(NODE)["metadata"]["labels"] == labelled
+        path.write_text(whole.replace(" avx512f ", " "))  # whole, and the flag really gone: decided
+        wait_for(lambda: "feature.node.kubernetes.io/cpu-cpuid.AVX512F" not in server.node(NODE)["metadata"]["labels"],
+                 timeout=60, what="AVX512F removed once a whole file says so")
+    finally:
+        agent.close()

@@ -10,11 +10,13 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.hostfs import HostFS
 from agent.sources import cpu
-from agent.sources.cpu_cpuinfo import ARCHES, parse_cpuinfo
+from agent.sources.cpu_cpuinfo import ARCHES, cpulist_count, parse_cpuinfo, processor_count
 from agent.sources.cpu_flags import ARM32_HWCAPS, ARM64_HWCAPS, S390_HWCAPS, X86_FLAGS
 from agent.sources.cpu_live import LIVE_FACTS_PATH
 from agent.sources.cpu_ownproc import AuxvError, parse_auxv
+from tests.conftest import FIXTURES
 from tests.fuzz.hosttree import JUNK_BYTES, ODD_DIGITS, fuzz, host_tree, huge, merge, slot, slots, value_bytes
 from tests.fuzz.properties import check_source
 
@@ -175,3 +177,53 @@ def test_parse_auxv_total(data):
     assert all(0 < kind < 64 for kind in vector)
     page = vector[6]
     assert page > 0 and page & (page - 1) == 0
+
+
+#: real cpuinfo files with the online list of the same host (x86 8 CPUs, arm64, s390x-free: its
+#: recordings have no sysfs), for the cut property below
+WHOLE_HOSTS = ("coral-usb", "raspberry-pi-4", "amd-gpu")
+
+
+def _whole(name: str) -> tuple[bytes, bytes]:
+    tree = FIXTURES / name
+    return (tree / "proc/cpuinfo").read_bytes(), (tree / "sys/devices/system/cpu/online").read_bytes()
+
+
+def _cpu_result(cpuinfo: bytes, online: bytes):
+    with host_tree({"/proc/cpuinfo": ("file", cpuinfo), cpu.CPUS_ONLINE: ("file", online)}) as root:
+        return cpu.discover(HostFS(root))
+
+
+@fuzz(300)
+@given(host=st.sampled_from(WHOLE_HOSTS), cut=st.floats(0, 1, exclude_max=True))
+def test_a_cut_cpuinfo_never_decides_other_labels(host, cut):
+    """Any prefix of a real cpuinfo (a copy or read cut short) either decides exactly what
+    the whole file does or leaves every feature computed from it undetermined: a cut never
+    removes a label as a decided answer."""
+    text, online = _whole(host)
+    whole = _cpu_result(text, online)
+    assert not whole.errors and not whole.undetermined
+    result = _cpu_result(text[:int(len(text) * cut)], online)
+    if result.undetermined:
+        assert {k: v for k, v in result.undetermined.items() if k in cpu.FROM_CPUINFO} == dict(cpu.FROM_CPUINFO)
+        assert [e.path for e in result.errors] == ["/proc/cpuinfo"]
+        assert result.errors[0].message.startswith("incomplete: ")
+    else:
+        assert result.labels == whole.labels and result.features == whole.features
+
+
+@fuzz(300)
+@given(ranges=st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 64)), max_size=8))
+def test_cpulist_count_counts_the_cpus_named(ranges):
+    """A list in the kernel's format gives the number of CPUs it names; any other text is
+    ``None`` or a count, never an exception."""
+    text = ",".join(f"{a}-{a + n}" if n else str(a) for a, n in ranges)
+    assert cpulist_count(text + "\n") == sum(n + 1 for _, n in ranges)
+
+
+@fuzz(300)
+@given(text=st.text(max_size=200))
+def test_cpuinfo_counters_are_total(text):
+    count = cpulist_count(text)
+    assert count is None or count >= 0
+    assert 0 <= processor_count(text) <= text.count("\n") + 1

@@ -277,3 +277,21 @@ def test_concurrent_second_writer_keeps_its_labels_and_taints(server, sleeps):
     assert flap == [{"key": "other.example.com/flap", "value": str(last["n"]), "effect": "NoSchedule"}]
     assert node["metadata"]["labels"][EDGETPU] == "true" and node["metadata"]["labels"]["team.example.com/owner"] == "infra"
     assert not [t for t in node["spec"]["taints"] if t["key"] == "example.com/x"]
+
+
+@pytest.mark.parametrize("handed", ["pod", "other-node", "no-uid", "status"])
+def test_a_watched_object_that_is_not_the_node_is_not_planned_on(server, sleeps, handed):
+    """The object handed in (the watch's) is used only when it is this Node; else a GET."""
+    rec = make(server, sleeps)
+    assert rec.reconcile(plan_of(WANT)).ok
+    node = server.get_node(NODE)
+    meta = node["metadata"]
+    wrong = {"pod": {**node, "kind": "Pod"},
+             "other-node": {**node, "metadata": {**meta, "name": "node-b", "labels": {}, "annotations": {}}},
+             "no-uid": {**node, "metadata": {k: v for k, v in meta.items() if k not in ("uid", "labels")}},
+             "status": {"kind": "Status", "apiVersion": "v1", "status": "Success"}}[handed]
+    server.reset_requests()
+    outcome = rec.reconcile(plan_of(WANT), live_node=wrong)
+    assert outcome.ok and outcome.writes == 0 and outcome.applied == ()
+    assert [(r.method, r.path) for r in server.requests] == [("GET", f"/api/v1/nodes/{NODE}")]
+    assert server.get_node(NODE) == node

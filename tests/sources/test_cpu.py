@@ -425,11 +425,93 @@ def test_missing_cpuinfo_non_live_is_an_error_not_py_cpuinfo(tmp_path):
     assert "cpuid" not in result.features and "model" not in result.features
 
 
-def test_empty_cpuinfo(tmp_path):
-    put(tmp_path, "/proc/cpuinfo", "")
+FROM_CPUINFO = {"cpuid": (P + "cpuid.*",), "model": (P + "model.*",), "rdt": (), "security": (P + "security.*",),
+                "coprocessor": (P + "coprocessor.*",), "arm32": ()}
+
+
+def assert_incomplete(result, why: str) -> None:
+    """cpuinfo read but not whole: a read failure naming the file, and every feature computed
+    from it undetermined (kept by the caller), not absent."""
+    assert [(e.path, e.message) for e in result.errors if e.path == "/proc/cpuinfo"] == [
+        ("/proc/cpuinfo", f"incomplete: {why}")]
+    assert {k: v for k, v in result.undetermined.items() if k in FROM_CPUINFO} == FROM_CPUINFO
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("", "empty"),
+    ("\n\n", "empty"),
+    (SPR_CPUINFO[: SPR_CPUINFO.index("avx512f") + 4], "cut mid-line (no final newline)"),
+    ("hello: world\n", "no flags/Features line, in no layout the kernel prints"),
+    (SPR_CPUINFO[: SPR_CPUINFO.index("flags")], "x86 layout without its feature line"),
+])
+def test_incomplete_cpuinfo_is_a_read_failure(tmp_path, content, why):
+    put(tmp_path, "/proc/cpuinfo", content)
+    assert_incomplete(run(tmp_path), why)
+
+
+def test_fewer_processors_than_online_is_a_read_failure(tmp_path):
+    """cpuinfo lists the online CPUs (x86 c_start walks cpu_online_mask): a file cut at a
+    block boundary lists fewer."""
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    put(tmp_path, "/sys/devices/system/cpu/online", "0-1,4\n")
+    assert_incomplete(run(tmp_path), "2 processor(s) listed, 3 online (/sys/devices/system/cpu/online)")
+    block = SPR_CPUINFO.split("\n\n")[0] + "\n\n"
+    put(tmp_path, "/proc/cpuinfo", "".join(block.replace("processor\t: 0", f"processor\t: {n}") for n in (0, 1, 4)))
     result = run(tmp_path)
-    assert "unknown cpuinfo layout" in str(result.errors[0])
-    assert not result.labels
+    assert not result.errors and not result.undetermined and P + "cpuid.AVX512F" in result.labels
+
+
+@pytest.mark.parametrize("online", ["", "0-", "zero\n", "3-1\n"])
+def test_an_online_list_that_is_no_cpu_list_leaves_cpuinfo_unverified(tmp_path, online):
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    put(tmp_path, "/sys/devices/system/cpu/online", online)
+    result = run(tmp_path)
+    if online == "":  # the kernel's empty mask: nothing online to miss
+        assert not result.errors and P + "cpuid.AVX512F" in result.labels
+    else:
+        assert_incomplete(result, f"cannot tell how many CPUs are online (/sys/devices/system/cpu/online is no "
+                                  f"CPU list: {online.strip()!r})")
+
+
+def test_an_unreadable_online_list_leaves_cpuinfo_unverified(tmp_path):
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    (tmp_path / "sys/devices/system/cpu/online").mkdir(parents=True)
+    assert_incomplete(run(tmp_path), "cannot tell how many CPUs are online (/sys/devices/system/cpu/online: "
+                                     "Is a directory)")
+
+
+def test_a_cpu_taken_offline_between_the_reads_is_no_cut_file(tmp_path, monkeypatch):
+    """The online list is read again on a mismatch: the second answer decides."""
+    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO)
+    put(tmp_path, "/sys/devices/system/cpu/online", "0-1\n")
+    real = HostFS.read_attr
+    answers = iter(["0-1", "0"])
+
+    def read_attr(self, path):
+        return next(answers) if path == cpu.CPUS_ONLINE else real(self, path)
+
+    monkeypatch.setattr(HostFS, "read_attr", read_attr)
+    result = run(tmp_path)
+    assert not result.errors and P + "cpuid.AVX512F" in result.labels
+
+
+@pytest.mark.parametrize(("text", "count"), [
+    ("processor\t: 0\nprocessor\t: 1\n", 2),
+    ("Processor\t: ARMv7 Processor rev 4 (v7l)\nprocessor\t: 0\n", 1),  # arm32's model line is none
+    ("# processors    : 2\nprocessor 0: version = 00\nprocessor 1: version = 00\n", 2),  # s390x
+    ("processors: 3\nprocessor_x: 1\nprocessor\n", 0),
+])
+def test_processor_count(text, count):
+    from agent.sources.cpu_cpuinfo import processor_count
+    assert processor_count(text) == count
+
+
+@pytest.mark.parametrize(("text", "count"), [
+    ("0\n", 1), ("0-3\n", 4), ("0-3,5,8-11\n", 9), ("\n", 0), ("1-5,8-19", 17),
+    ("0-", None), ("a", None), ("3-1", None), ("0,,1", None), ("-1", None), ("0 - 1", None)])
+def test_cpulist_count(text, count):
+    from agent.sources.cpu_cpuinfo import cpulist_count
+    assert cpulist_count(text) == count
 
 
 def test_binary_cpuinfo(tmp_path):
@@ -455,13 +537,6 @@ def test_non_numeric_family(tmp_path):
 def test_unknown_vendor_string(tmp_path):
     put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO.replace("GenuineIntel", "Zhaoxin!!!!!"))
     assert run(tmp_path).labels[P + "model.vendor_id"] == "VendorUnknown"
-
-
-def test_truncated_cpuinfo_mid_flags(tmp_path):
-    put(tmp_path, "/proc/cpuinfo", SPR_CPUINFO[: SPR_CPUINFO.index("avx512f") + 4])
-    result = run(tmp_path)
-    assert result.errors == ()
-    assert P + "cpuid.AVX2" in result.labels and P + "cpuid.AVX512F" not in result.labels
 
 
 def test_absurdly_long_cpuinfo(tmp_path):

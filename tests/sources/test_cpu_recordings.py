@@ -315,3 +315,35 @@ def test_x86_vendor_names_are_klauspost_vendor_mapping(tmp_path, vendor_id, expe
     (tmp_path / "proc/cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor_id}\ncpu family\t: 7\n"
                                            f"model\t\t: 59\nflags\t\t: fpu sse sse2\n\n")
     assert cpu.discover(HostFS(tmp_path)).labels[P + "model.vendor_id"] == expected
+
+
+@pytest.mark.parametrize(("sysinfo", "message"), [
+    ("", "incomplete: empty; cpu-model.hypervisor not reported"),
+    ("Manufacturer:         IBM\nType:  ", "incomplete: cut mid-line (no final newline); cpu-model.hypervisor not reported"),
+])
+def test_s390x_sysinfo_not_whole_leaves_the_model_undetermined(tmp_path, sysinfo, message):
+    """The Control Program line may be the part not read: no hypervisor is guessed."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("vendor_id       : IBM/S390\nfeatures\t: esan3 zarch\n")
+    (tmp_path / "proc/sysinfo").write_text(sysinfo)
+    result = cpu.discover(HostFS(tmp_path))
+    assert P + "model.hypervisor" not in result.labels
+    assert [(e.path, e.message) for e in result.errors] == [("/proc/sysinfo", message)]
+    assert result.undetermined["model"] == (P + "model.*",)
+
+
+def test_a_cut_auxiliary_vector_leaves_the_ppc64_flags_undetermined(tmp_path):
+    """The kernel ends the vector with AT_NULL: entries without it are a vector cut short."""
+    import struct
+
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/cpuinfo").write_text("processor\t: 0\ncpu\t\t: POWER8\nrevision\t: 2.1 (pvr 004d 0201)\n")
+    whole = struct.pack("<8Q", 6, 65536, 16, 0xDC0065C2, 26, 0xEE000000, 0, 0)  # AT_PAGESZ, AT_HWCAP(2), AT_NULL
+    (tmp_path / "proc/self/auxv").write_bytes(whole)
+    assert P + "cpuid.ALTIVEC" in cpu.discover(HostFS(tmp_path)).labels
+    for cut in (whole[:-16], whole[:20], b""):
+        (tmp_path / "proc/self/auxv").write_bytes(cut)
+        result = cpu.discover(HostFS(tmp_path))
+        assert [e.path for e in result.errors] == ["/proc/self/auxv"]
+        assert result.errors[0].message.startswith("incomplete: no AT_NULL")
+        assert result.undetermined["cpuid"] == (P + "cpuid.*",) and "cpuid" not in result.features

@@ -120,7 +120,6 @@ def test_no_device_tree_on_x86(tmp_path):
 
 
 @pytest.mark.parametrize("data, labels, flags, problems", [
-    (b"fsl,imx8mq-phanbell\0fsl,imx8mq", {"fsl-imx8mq-phanbell", "fsl-imx8mq"}, None, ["not NUL-terminated"]),
     (b"fsl,imx8mq-phanbell\0\0fsl,imx8mq\0", {"fsl-imx8mq-phanbell", "fsl-imx8mq"}, None,
      ["empty string in the list ignored"]),
     (b"fsl,imx8mq-phanbell\0fsl,\x01imx\0", {"fsl-imx8mq-phanbell"}, {"fsl,imx8mq-phanbell"},
@@ -144,6 +143,19 @@ def test_hostile_compatible(tmp_path, data, labels, flags, problems):
     assert len(result.errors) == len(problems)
     for error, fragment in zip(result.errors, problems, strict=True):
         assert error.path == f"{BASE}/compatible" and fragment in error.message
+
+
+def test_a_compatible_cut_short_is_undetermined(tmp_path):
+    """No final NUL: the last string may be a prefix of the real one (``fsl,imx8m`` of
+    ``fsl,imx8mq``), so nothing is decided from it."""
+    board(tmp_path, b"fsl,imx8mq-phanbell\0fsl,imx8m", b"Coral\0")
+    result = run(tmp_path)
+    assert result.labels == {} and "compatible" not in result.features
+    assert [(e.path, e.message) for e in result.errors] == [(f"{BASE}/compatible", "incomplete: cut mid-string (no final NUL)")]
+    assert dict(result.undetermined) == {"compatible": (B + "*",)}
+    board_model = tmp_path / BASE.lstrip("/") / "model"
+    board_model.write_bytes(b"Cor")
+    assert "model" in run(tmp_path).undetermined
 
 
 def test_huge_compatible_is_refused(tmp_path):

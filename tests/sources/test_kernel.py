@@ -312,3 +312,51 @@ def test_usr_src_candidates_are_read_in_nfds_order(tmp_path, layout):
     unreadable = layout == "config is a directory"
     assert [e.path for e in result.errors] == ([f"/usr/src/linux-rt-{RELEASE}/.config"] if unreadable else [])
     assert dict(result.undetermined) == ({"config": ("feature.node.kubernetes.io/kernel-config.*",)} if unreadable else {})
+
+
+# -- read, but not whole: undetermined, as an unreadable file -----------------------------------
+@pytest.mark.parametrize(("content", "why"), [("", "empty"), ("\n", "empty"), (RELEASE, "cut mid-line (no final newline)")])
+def test_an_osrelease_not_whole_leaves_the_version_and_what_it_names_undetermined(tmp_path, content, why):
+    """proc_dostring writes the release and a newline: without them the release is unknown,
+    and so are the kernel config and built-in modules found by it (not looked for)."""
+    put(tmp_path, "/proc/sys/kernel/osrelease", content)
+    put(tmp_path, f"/boot/config-{RELEASE}", UBUNTU_CONFIG)
+    put(tmp_path, "/proc/modules", PROC_MODULES)
+    result = run(tmp_path)
+    assert [(e.path, e.message) for e in result.errors] == [("/proc/sys/kernel/osrelease", f"incomplete: {why}")]
+    assert "version" not in result.features
+    assert dict(result.undetermined) == {"version": (NFD_PREFIX + "kernel-version.*",),
+                                         "config": (NFD_PREFIX + "kernel-config.*",), "enabledmodule": ()}
+    assert "loadedmodule" in result.features  # /proc/modules does not depend on the release
+
+
+@pytest.mark.parametrize(("path", "content", "why", "undetermined"), [
+    (f"/boot/config-{RELEASE}", "", "empty", "config"),
+    (f"/boot/config-{RELEASE}", UBUNTU_CONFIG[:-5], "cut mid-line (no final newline)", "config"),
+    ("/proc/config.gz", gzip.compress(UBUNTU_CONFIG.encode())[:-12], "truncated gzip stream", "config"),
+    ("/proc/config.gz", gzip.compress(b""), "empty", "config"),
+    ("/proc/modules", PROC_MODULES[:-3], "cut mid-line (no final newline)", "loadedmodule"),
+    (f"/lib/modules/{RELEASE}/modules.builtin", "kernel/drivers/usb/host/xhci-h",
+     "cut mid-line (no final newline)", "enabledmodule"),
+])
+def test_a_kernel_file_not_whole_is_undetermined(tmp_path, path, content, why, undetermined):
+    root = host_with(tmp_path)
+    put(root, path, content)
+    result = run(root)
+    assert [e.path for e in result.errors] == [path] and result.errors[0].message.endswith(f"incomplete: {why}")
+    assert undetermined in result.undetermined and undetermined not in result.features
+
+
+def test_an_empty_module_list_is_no_module_loaded(tmp_path):
+    root = host_with(tmp_path)
+    put(root, "/proc/modules", "")
+    result = run(root)
+    assert not result.errors and not result.undetermined and "loadedmodule" not in result.features
+
+
+def test_an_empty_selinux_enforce_is_undetermined(tmp_path):
+    root = host_with(tmp_path)
+    put(root, "/sys/fs/selinux/enforce", "")
+    result = run(root)
+    assert [(e.path, e.message) for e in result.errors] == [("/sys/fs/selinux/enforce", "incomplete: empty")]
+    assert dict(result.undetermined) == {"selinux": (P + "selinux.enabled",)}

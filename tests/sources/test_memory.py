@@ -131,9 +131,28 @@ def test_binary_swaps(tmp_path):
     assert "swap" not in result.features and result.errors[0].path == "/proc/swaps"
 
 
-def test_empty_swaps(tmp_path):
-    put(tmp_path, "/proc/swaps", "")
-    assert dict(run(tmp_path).features["swap"].attributes) == {"enabled": "false"}
+@pytest.mark.parametrize(("path", "content", "why"), [
+    ("/proc/swaps", "", "empty"),  # swap_show always prints its header line (mm/swapfile.c)
+    ("/proc/swaps", SWAPS_HEADER + "/var/swap    file\t\t1023", "cut mid-line (no final newline)"),
+    ("/proc/meminfo", "", "empty"),  # MemTotal is always printed first (fs/proc/meminfo.c)
+    ("/proc/meminfo", "\n", "empty"),
+    ("/proc/meminfo", "MemTotal:       5279", "cut mid-line (no final newline)"),
+])
+def test_a_file_read_but_not_whole_is_undetermined(tmp_path, path, content, why):
+    put(tmp_path, "/proc/swaps", SWAPS_HEADER + "/var/swap    file\t\t102396\t\t0\t\t-2\n")
+    put(tmp_path, "/proc/meminfo", MEMINFO)
+    put(tmp_path, path, content)
+    result = run(tmp_path)
+    feature = {"/proc/swaps": "swap", "/proc/meminfo": "meminfo"}[path]
+    assert [(e.path, e.message) for e in result.errors] == [(path, f"incomplete: {why}")]
+    assert feature not in result.features and feature in result.undetermined
+    assert result.undetermined[feature] == ((P + "swap",) if feature == "swap" else ())
+
+
+def test_swaps_with_only_its_header_is_no_swap(tmp_path):
+    put(tmp_path, "/proc/swaps", SWAPS_HEADER)
+    result = run(tmp_path)
+    assert dict(result.features["swap"].attributes) == {"enabled": "false"} and not result.undetermined
 
 
 def test_unreadable_nd_devtype(tmp_path):

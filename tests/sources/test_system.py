@@ -190,3 +190,41 @@ def test_any_os_release_never_crashes_and_labels_are_valid(tmp_path_factory, lin
     assert not [e for e in result.errors if "source failed" in e.message]
     for key, value in result.labels.items():
         assert not qualified_name_errors(key) and not label_value_errors(value)
+
+
+# -- read, but not whole: undetermined, as an unreadable file -----------------------------------
+@pytest.mark.parametrize(("content", "why"), [
+    ("", "empty"), ("\n\n", "empty"),
+    ('ID=debian\nPRETTY_NAME="Debian GNU/Lin', "cut inside a quoted value (no final newline)"),
+    ("ID=debian\nNAME='Deb", "cut inside a quoted value (no final newline)"),
+    ('ID=debian\nNAME="', "cut inside a quoted value (no final newline)"),
+])
+def test_an_os_release_not_whole_is_undetermined(tmp_path, content, why):
+    put(tmp_path, "/etc/os-release", content)
+    result = run(tmp_path)
+    assert [(e.path, e.message) for e in result.errors] == [("/etc/os-release", f"incomplete: {why}")]
+    assert dict(result.undetermined) == {"osrelease": (NFD_PREFIX + "system-os_release.*",)}
+    assert "osrelease" not in result.features and not result.labels
+
+
+@pytest.mark.parametrize("content", [
+    "ID=debian",  # no final newline: the format separates lines, it does not terminate them
+    'ID=debian\nVERSION_ID="12"',
+    "NAME=Alpine",  # no ID, no VERSION_ID: every key is optional (os-release(5))
+    'ID=x\nNAME="it\'s"',
+])
+def test_odd_but_whole_os_release_files_decide(tmp_path, content):
+    put(tmp_path, "/etc/os-release", content)
+    result = run(tmp_path)
+    assert not result.errors and not result.undetermined and "osrelease" in result.features
+
+
+def test_a_dmi_attribute_of_zero_bytes_is_undetermined(tmp_path):
+    """sys_dmi_field_show writes "%s\\n": even an empty DMI string has its newline."""
+    put(tmp_path, "/sys/devices/virtual/dmi/id/sys_vendor", "QEMU\n")
+    put(tmp_path, "/sys/devices/virtual/dmi/id/board_name", "")
+    put(tmp_path, "/sys/devices/virtual/dmi/id/board_vendor", "\n")  # an empty string: an answer
+    result = run(tmp_path)
+    assert [(e.path, e.message) for e in result.errors] == [
+        ("/sys/devices/virtual/dmi/id/board_name", "incomplete: empty, left out")]
+    assert dict(result.undetermined) == {"dmiid": ()}

@@ -291,7 +291,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _send_failure(self, fault: Fault, path: str) -> None:
-        """The answer of an injected failure: a Status, or what the apiserver's filters send."""
+        """The answer of an injected failure: a Status, or what the apiserver's filters send;
+        an ``answer`` fault's own body."""
+        if fault.kind == "answer":
+            self._send_json(fault.status, fault.body)
+            return
         code = fault.status
         headers = {"Retry-After": str(int(fault.retry_after))} if fault.retry_after is not None else {}
         if code == 429 and fault.message is None and not path.endswith("/eviction"):
@@ -330,7 +334,7 @@ class _Handler(BaseHTTPRequestHandler):
                 fake._record(record)
                 self._refuse(fault.reset)
                 return
-            if fault.kind == "fail":
+            if fault.kind in ("fail", "answer"):
                 record.status = fault.status
                 fake._record(record)
                 self._send_failure(fault, path)

@@ -8,13 +8,16 @@ of its count. Kinds:
 * ``refuse``  read the request, then close the socket without answering (``reset=True``
               sends a TCP RST instead of a FIN);
 * ``slow``    wait ``seconds`` before handling (``after=True``: handle, then wait before
-              answering, so the change is made but the client may time out).
+              answering, so the change is made but the client may time out);
+* ``answer``  answer ``status`` with ``body`` instead of handling (what a proxy or a broken
+              server in front of the API could send: a 200 that is not the object asked for).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Fault:
     path: str | None = None
     message: str | None = None
     exact: bool = False  # ``path`` must equal the request path (``/nodes/x`` but not ``/nodes/x/status``)
+    body: Any = None  # ``answer``: the JSON sent
 
     def matches(self, method: str, path: str) -> bool:
         if self.path is not None and (path != self.path if self.exact else self.path not in path):
@@ -72,6 +76,12 @@ class Faults:
              path: str | None = None) -> Fault:
         """Delay the next ``count`` responses by ``seconds``."""
         return self._add(Fault("slow", count, seconds=seconds, after=after, verb=verb, path=path))
+
+    def answer(self, body: Any, status: int = 200, count: int = 1, *, verb: str | None = None,
+               path: str | None = None, exact: bool = False) -> Fault:
+        """The next ``count`` matching requests are answered ``status`` with the JSON ``body``,
+        unhandled (nothing the request asked for is done)."""
+        return self._add(Fault("answer", count, status=status, verb=verb, path=path, exact=exact, body=body))
 
     def take(self, method: str, path: str) -> Fault | None:
         """The fault for this request (consuming one of its count), or None."""
