@@ -1,11 +1,11 @@
-"""The type and lint gates: `mypy` (strict for agent/ and tests/support/) and `ruff check` (the whole repository),
-both configured in pyproject.toml, report nothing, and `lizard` finds no function over cyclomatic
-complexity 15 in the host seam, the sources, the runtime and the reconciler (lizard counts each
-`and`/`or`, which ruff's C901 does not). Each gate is also shown to fail on a
-planted error, so a configuration that checks nothing cannot pass for a clean one."""
+"""The type and lint gates: `mypy` (strict for agent/ and tests/support/) and `ruff check` (the
+whole repository), both configured in pyproject.toml, report nothing, and `lizard` finds no
+function in the package over cyclomatic complexity 15 (lizard counts each `and`/`or`, which
+ruff's C901 does not). Each gate is also shown to fail on a planted error, so a configuration that checks nothing cannot pass for a clean one."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -45,12 +45,25 @@ def test_ruff_checks_the_package() -> None:
 
 
 COMPLEXITY_BOUND = 15
-COMPLEXITY_SCOPE = ("agent/hostfs.py", "agent/sources", "agent/runtime", "agent/reconcile")
+GENERATED = "agent/deviceplugin/v1beta1/*"  # grpcio-tools' output (regenerate.py): not ours to shape
+# Functions still over the bound, each to be split; an entry whose function is back under the
+# bound fails the test below until it is removed, so this list only shrinks.
+OVER_THE_BOUND = frozenset({
+    ("agent/rules/expressions.py", "check_expression"),
+    ("agent/rules/matcher.py", "_flat"),
+})
+_WARNING = re.compile(r"^(?P<path>[^:]+):\d+: warning: (?P<name>\S+) has .*? (?P<ccn>\d+) CCN,", re.MULTILINE)
 
 
-def test_no_function_in_the_seam_sources_runtime_or_reconciler_is_over_complexity_15() -> None:
-    done = run("lizard", "--CCN", str(COMPLEXITY_BOUND), "--warnings_only", *COMPLEXITY_SCOPE)
-    assert done.returncode == 0 and not done.stdout.strip(), done.stdout[-6000:] + done.stderr[-2000:]
+def test_no_function_in_the_package_is_over_complexity_15() -> None:
+    done = run("lizard", "--CCN", str(COMPLEXITY_BOUND), "--warnings_only", "-x", GENERATED, "agent")
+    assert done.returncode in (0, 1) and not done.stderr.strip(), done.stderr[-2000:]
+    over = {(m["path"], m["name"]): int(m["ccn"]) for m in _WARNING.finditer(done.stdout)}
+    assert len(over) == len(done.stdout.strip().splitlines()), f"unparsed lizard output: {done.stdout}"
+    new = {f"{path} {name}: {ccn}" for (path, name), ccn in over.items() if (path, name) not in OVER_THE_BOUND}
+    assert not new, f"over cyclomatic complexity {COMPLEXITY_BOUND}: {sorted(new)}"
+    fixed = OVER_THE_BOUND - set(over)
+    assert not fixed, f"back under the bound, remove from OVER_THE_BOUND: {sorted(fixed)}"
 
 
 def test_lizard_reports_a_function_over_the_bound(tmp_path) -> None:
