@@ -1,7 +1,7 @@
 """The type and lint gates: `mypy` (strict for agent/ and tests/support/) and `ruff check` (the
 whole repository), both configured in pyproject.toml, report nothing, and `lizard` finds no
 function in the package over cyclomatic complexity 15 (lizard counts each `and`/`or`, which
-ruff's C901 does not). Each gate is also shown to fail on a planted error, so a configuration that checks nothing cannot pass for a clean one."""
+ruff's C901 does not), and `vulture` finds no unused name in the package. Each gate is also shown to fail on a planted error, so a configuration that checks nothing cannot pass for a clean one."""
 
 from __future__ import annotations
 
@@ -72,3 +72,43 @@ def test_lizard_reports_a_function_over_the_bound(tmp_path) -> None:
     planted.write_text(f"def branchy(value):\n{conditions}\n    return 0\n")
     done = run("lizard", "--CCN", str(COMPLEXITY_BOUND), "--warnings_only", str(planted))
     assert done.returncode == 1 and "branchy has" in done.stdout and "17 CCN" in done.stdout, done.stdout + done.stderr
+
+
+# A name the package defines and nothing uses. A use in the tests, the benchmarks or the deploy
+# scripts counts (vulture matches names, not objects), so what it reports is unused everywhere.
+DEAD_CODE_SCOPE = ("agent", "tests", "bench", "deploy")
+# Names called by a framework, never by our code: each with who reads it.
+CALLED_BY_A_FRAMEWORK = {
+    ("agent/deviceplugin/server.py", "PreStartContainer"): "the kubelet, over gRPC (DevicePlugin service)",
+    ("agent/gotemplate/regexp.py", "log_errors"): "re2.Options",
+    ("agent/gotemplate/regexp.py", "max_mem"): "re2.Options",
+    ("agent/placement/webhook.py", "protocol_version"): "http.server.BaseHTTPRequestHandler",
+    ("agent/placement/webhook.py", "disable_nagle_algorithm"): "socketserver.StreamRequestHandler",
+    ("agent/placement/webhook.py", "log_message"): "http.server.BaseHTTPRequestHandler",
+    ("agent/placement/webhook.py", "do_POST"): "http.server.BaseHTTPRequestHandler",
+    ("agent/placement/webhook.py", "daemon_threads"): "socketserver.ThreadingMixIn",
+    ("agent/placement/webhook.py", "handle_error"): "socketserver.BaseServer",
+    ("agent/snapshot.py", "gname"): "tarfile.TarInfo",
+}
+_UNUSED = re.compile(r"^(?P<path>[^:]+):\d+: unused \w+ '(?P<name>[^']+)' \(\d+% confidence\)$")
+
+
+def unused_names(*paths: str) -> set[tuple[str, str]]:
+    done = run("vulture", "--min-confidence", "60", "--exclude", "agent/deviceplugin/v1beta1", *paths)
+    assert done.returncode in (0, 3) and not done.stderr.strip(), done.stdout[-3000:] + done.stderr[-2000:]
+    matches = [_UNUSED.match(line) for line in done.stdout.splitlines()]
+    assert all(matches), f"unparsed vulture output: {done.stdout}"
+    return {(m["path"], m["name"]) for m in matches if m}
+
+
+def test_no_name_in_the_package_is_unused() -> None:
+    found = {(path, name) for path, name in unused_names(*DEAD_CODE_SCOPE) if path.startswith("agent/")}
+    assert not found - set(CALLED_BY_A_FRAMEWORK), sorted(found - set(CALLED_BY_A_FRAMEWORK))
+    stale = set(CALLED_BY_A_FRAMEWORK) - found
+    assert not stale, f"reported no more, remove from CALLED_BY_A_FRAMEWORK: {sorted(stale)}"
+
+
+def test_vulture_reports_an_unused_function(tmp_path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("def used():\n    return 1\n\n\ndef forgotten():\n    return 2\n\n\nused()\n")
+    assert unused_names(str(planted)) == {(str(planted), "forgotten")}

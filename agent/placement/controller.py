@@ -34,7 +34,6 @@ from agent.placement.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-MAX_CONFLICTS = 5
 
 
 class ImageResolver(Protocol):

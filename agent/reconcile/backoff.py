@@ -16,7 +16,6 @@ Clock, sleep and random are injected so tests run the real policy with tiny slee
 from __future__ import annotations
 
 import random as _random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,14 +44,11 @@ class Backoff:
         self,
         settings: BackoffSettings = BackoffSettings(),
         *,
-        clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
     ) -> None:
         self.settings = settings
-        self._clock = clock
         self._random = random
         self._steps = 0
-        self._last_failure: float | None = None
 
     @property
     def steps(self) -> int:
@@ -60,7 +56,6 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         """Register a failure and return how long to wait before the next try."""
-        self._last_failure = self._clock()
         base = min(self.settings.maximum, self.settings.initial * self.settings.factor ** self._steps)
         self._steps += 1
         if retry_after is not None and retry_after >= 0:
@@ -74,7 +69,6 @@ class Backoff:
 
     def reset(self) -> None:
         self._steps = 0
-        self._last_failure = None
 
 
 def parse_retry_after(value: object) -> float | None:
