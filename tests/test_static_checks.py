@@ -1,7 +1,8 @@
 """The type and lint gates: `mypy` (strict for agent/ and tests/support/) and `ruff check` (the
 whole repository), both configured in pyproject.toml, report nothing, and `lizard` finds no
 function in the package over cyclomatic complexity 15 (lizard counts each `and`/`or`, which
-ruff's C901 does not), and `vulture` finds no unused name in the package. Each gate is also shown to fail on a planted error, so a configuration that checks nothing cannot pass for a clean one."""
+ruff's C901 does not), `vulture` finds no unused name in the package, and no comment in the package or the tests points
+at an issue number in place of the reason. Each gate is also shown to fail on a planted error, so a configuration that checks nothing cannot pass for a clean one."""
 
 from __future__ import annotations
 
@@ -112,3 +113,22 @@ def test_vulture_reports_an_unused_function(tmp_path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text("def used():\n    return 1\n\n\ndef forgotten():\n    return 2\n\n\nused()\n")
     assert unused_names(str(planted)) == {(str(planted), "forgotten")}
+
+
+# A reference to an issue sends the reader to the tracker; the comment states the reason itself.
+_ISSUE_REFERENCE = re.compile(r"\bissues? #?\d", re.IGNORECASE)
+
+
+def issue_references(text: str) -> list[int]:
+    return [n for n, line in enumerate(text.splitlines(), 1) if _ISSUE_REFERENCE.search(line)]
+
+
+def test_no_comment_names_an_issue_instead_of_its_reason() -> None:
+    found = [f"{path.relative_to(REPO)}:{n}" for top in ("agent", "tests") for path in sorted((REPO / top).rglob("*.py"))
+             for n in issue_references(path.read_text(encoding="utf-8", errors="replace"))]
+    assert not found, found
+
+
+def test_an_issue_reference_is_found() -> None:
+    planted = '"""Backoff (issue ' + '15)."""\n# see Issue #' + '7\nx = 1  # a tissue 5 mm thick\n'
+    assert issue_references(planted) == [1, 2]

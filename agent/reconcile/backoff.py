@@ -4,13 +4,13 @@ client-go's reflector backs off from 800 ms to 30 s and resets only 2 minutes af
 error (``tools/cache/reflector.go``: ``NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)``)
 — tuned for thousands of informers re-listing whole
 collections. One agent patching one Node is a different trade: with a fault every ~30 s
-that policy kept the agent blind for most of the time (issue 15). So here: 0.5 s doubling,
+that policy kept the agent blind for most of the time. So here: 0.5 s doubling,
 capped at 5 s, jitter downwards (each delay is ``d - rand*d/2``, in (d/2, d], so never more
 than 5 s: a retry lands at most 5 s after the API is healthy again), reset on the first
 success. A fleet stays spread by the jitter; ``Retry-After`` from a 429/503 replaces
 the computed delay (bounded), so an overloaded server still sets the pace.
 
-Clock, sleep and random are injected so tests run the real policy with tiny sleeps.
+Random is injected so tests check the real policy's delays exactly.
 """
 
 from __future__ import annotations

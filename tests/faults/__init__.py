@@ -1,4 +1,4 @@
-"""The fault matrix (issue 7), end to end, in one place.
+"""The fault matrix, end to end, in one place.
 
 Every case runs the real agent loop (``agent.runtime.agent.Agent`` in-process, or the
 ``run`` command as a process where a signal is needed) against the in-repo API server over
@@ -34,7 +34,7 @@ out of descriptors (EMFILE)            test_unreadable_host::test_apply_out_of_d
 idle-client flood on the metrics port  test_misuse_matrix::test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent
 =====================================  ====================================================  =========================
 
-The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
+The ownership-record case runs the ``apply`` command as a process: the damage shows across separate runs;
 the kubelet restarts run on the edge-ai host with the kubelet stand-in (``tests/deviceplugin``)
 and check registration, not Node writes. The narrower tests check one component or the final state only; the cases here add the
 whole loop, the foreign seed and the per-write ledger. Backoffs are shrunk (50-200 ms) so the

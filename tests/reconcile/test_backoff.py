@@ -1,4 +1,4 @@
-"""Backoff for one Node (issue 15): 0.5 s doubling to 5 s, jitter down to half a delay (never above
+"""Backoff for one Node: 0.5 s doubling to 5 s, jitter down to half a delay (never above
 the cap, so a retry comes at most 5 s after the API heals), reset on the first success."""
 
 import pytest
