@@ -167,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
     def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
         state = rules.plan_node(found.features, found.labels, node_labels, catalogue, options, found.label_origins)
         if hold is not None:
-            labels, resources, _ = hold
-            state = dataclasses.replace(state, held_labels=labels or frozenset(), hold_every_label=labels is None,
-                                        held_resources=resources)
+            held, held_resources, _ = hold
+            state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,
+                                        held_resources=held_resources)
         return state
 
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events and not args.dry_run,
