@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-NODE_KINDS = ("usb", "class", "path")
-"""``usb``: /dev/bus/usb/BBB/DDD from the USB device's busnum/devnum; ``class``: the char
-devices a driver created for the matched device in that sysfs class (``apex`` -> /dev/apex_0,
-``hailo_chardev`` -> /dev/hailo0); ``path``: one fixed node, the same for every device."""
-
 
 @dataclass(frozen=True)
 class NodeSpec:
-    kind: str  # one of NODE_KINDS
+    """Where a device's /dev nodes come from. ``usb``: /dev/bus/usb/BBB/DDD from the USB
+    device's busnum/devnum; ``class``: the char devices a driver created for the matched device
+    in that sysfs class (``apex`` -> /dev/apex_0, ``hailo_chardev`` -> /dev/hailo0); ``path``:
+    one fixed node, the same for every device."""
+
+    kind: str  # "usb", "class" or "path"
     value: str = ""  # the class name, or the fixed path
 
 

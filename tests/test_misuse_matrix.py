@@ -227,7 +227,8 @@ def test_sigterm_ends_run_within_a_second_while_the_api_is_unreachable(tmp_path)
 @pytest.mark.parametrize("phase", ["first-pass-write-in-flight", "steady-with-rules-and-node-watch",
                                    "rules-edit-being-judged"])
 def test_sigterm_ends_run_within_a_second_in_every_later_phase(tmp_path, phase):
-    """Issue 10 item 3, the phases after start-up: a first pass whose PATCH the server holds
+    """SIGTERM ends the process within a second in every phase, so no rollout or drain waits out
+    the grace period; here the phases after start-up: a first pass whose PATCH the server holds
     for 20 s, the steady state (node watch streaming, rules watcher waiting), and right after
     a rules edit. SIGTERM must end the process promptly with exit 0, without a traceback."""
     rules = tmp_path / "rules"
@@ -341,7 +342,7 @@ class _SlowClients:
 
 
 def test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent(tmp_path):
-    """Issue 24 item 5: anyone who reaches the metrics/health port held a thread and a
+    """Anyone who reaches the metrics/health port held a thread and a
     descriptor per connection, without a cap. With the descriptor limit at 256, 300 idle
     half-sent requests made sysfs reads fail with EMFILE, and the next resync removed 11-15
     labels and the Coral's extended resource. Now the endpoint holds at most an eighth of the

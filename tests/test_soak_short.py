@@ -1,4 +1,4 @@
-"""The short chaos soak (issue 15 item 5), run in CI: the real agent process under hotplugs,
+"""The short chaos soak, run in CI: the real agent process under hotplugs,
 rules edits (valid and broken), the whole API fault matrix at a compressed cadence, a foreign
 writer and heartbeats. Only correctness is asserted — ledger, final Node equal to ``plan``,
 every broken edit's RulesInvalid Event, no traceback, clean SIGTERM; the timing figures are

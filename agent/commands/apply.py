@@ -33,8 +33,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from agent.desired import DesiredNodeState, Taint
+    from agent.discovery import Discovery
     from agent.reconcile.node_api import NodeApi
     from agent.reconcile.outcome import ReconcileOutcome
+    from agent.rules import Catalogue, RuleOptions
 
 HELP = "discover, plan and apply this node's labels, extended resources and taints once (the agent loop is `run`)"
 
@@ -129,6 +131,27 @@ def print_outcome(node: str, outcome: ReconcileOutcome, *, fmt: str, dry_run: bo
             print(f"  {problem}")
 
 
+def _undetermined_hold(found: Discovery, catalogue: Catalogue, options: RuleOptions,
+                       ) -> tuple[frozenset[str] | None, frozenset[str], str] | None:
+    """What a feature this pass could not determine decides stays on the Node as it is (one pass
+    has no earlier answer): the held label keys (None: every owned label), the held extended
+    resources and the warning that says so. None when every feature was determined."""
+    from agent.rules.held import held_label_keys, held_resource_names
+
+    undetermined = {f"{r.source}.{f}": keys for r in found.results.values() for f, keys in r.undetermined.items()}
+    if not undetermined:
+        return None
+    held = held_label_keys(catalogue, options, undetermined)
+    held_resources = held_resource_names(catalogue, options, undetermined)
+    first = next((str(e) for e in found.errors), "a read failed")
+    why = (f"could not determine {', '.join(sorted(undetermined))} ({first}): the labels and "
+           f"extended resources it decides stay on the Node as they are "
+           f"({'all owned labels' if held is None else ', '.join(sorted(held))}"
+           f"{'; ' + ', '.join(sorted(held_resources)) if held_resources else ''})")
+    log.warning("%s", why)
+    return held, held_resources, why
+
+
 def run(args: argparse.Namespace) -> int:
     from agent import rules
     from agent.discovery import discover
@@ -163,24 +186,12 @@ def run(args: argparse.Namespace) -> int:
     for problem in getattr(catalogue, "problems", ()):
         log.warning("rule catalogue: %s", problem)
 
-    # one pass has no earlier answer: what a feature it cannot determine decides stays as it is
-    from agent.rules.held import held_label_keys, held_resource_names
-
-    undetermined = {f"{r.source}.{f}": keys for r in found.results.values() for f, keys in r.undetermined.items()}
-    held = held_label_keys(catalogue, options, undetermined) if undetermined else frozenset()
-    held_resources = held_resource_names(catalogue, options, undetermined) if undetermined else frozenset()
-    why = ""
-    if undetermined:
-        first = next((str(e) for e in found.errors), "a read failed")
-        why = (f"could not determine {', '.join(sorted(undetermined))} ({first}): the labels and "
-               f"extended resources it decides stay on the Node as they are "
-               f"({'all owned labels' if held is None else ', '.join(sorted(held))}"
-               f"{'; ' + ', '.join(sorted(held_resources)) if held_resources else ''})")
-        log.warning("%s", why)
+    hold = _undetermined_hold(found, catalogue, options)
 
     def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
         state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
-        if undetermined:
+        if hold is not None:
+            held, held_resources, _ = hold
             state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,
                                         held_resources=held_resources)
         return state
@@ -193,10 +204,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         with reconciler.events.deferred():  # the Warning joins the pass's one Event
             outcome = reconciler.reconcile(plan)
-            if why:
+            if hold is not None:
                 from agent.reconcile.events import REASON_READ_FAILED
 
-                reconciler.events.record(reconciler.node_uid, REASON_READ_FAILED, why, warning=True)
+                reconciler.events.record(reconciler.node_uid, REASON_READ_FAILED, hold[2], warning=True)
     desired = outcome.desired
     extra: dict[str, object] = {}
     if desired is not None:

@@ -17,9 +17,14 @@ import os
 import signal
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import positive_float, positive_int
+
+if TYPE_CHECKING:
+    from agent.placement.controller import Controller, ControllerConfig
+    from agent.placement.lease import LeaderElector
+    from agent.placement.metrics import PlacementMetrics
 
 HELP = "run the architecture-aware placement controller (removes the arch scheduling gate from pods)"
 
@@ -76,13 +81,9 @@ def _resolver(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.placement.controller import Controller, ControllerConfig
+    from agent.placement.controller import Controller
     from agent.placement.kube import connect
-    from agent.placement.lease import LeaderElector
     from agent.placement.metrics import PlacementMetrics
-    from agent.placement.policy import Bounds
-    from agent.placement.webhook import WebhookServer
-    from agent.runtime.health import HealthServer
 
     if args.webhook_port is not None and not (args.tls_cert_file and args.tls_key_file):
         log.error("--webhook-port needs --tls-cert-file and --tls-key-file")
@@ -90,14 +91,44 @@ def run(args: argparse.Namespace) -> int:
     api = connect(args.kubeconfig or None)
     resolver = _resolver(args)
     metrics = PlacementMetrics(resolver.counters)
-    elector = None
-    if args.leader_elect == "on":
-        elector = LeaderElector(api, args.namespace, args.lease_name, args.identity, lease_duration=args.lease_duration,
-                                renew_deadline=args.lease_duration * 2 / 3, retry_period=max(0.2, args.lease_duration / 7.5))
-    config = ControllerConfig(identity=args.identity, workers=args.workers, taint_mode=args.taint_mode,
-                              bounds=Bounds(retry_window=args.retry_window, deadline=args.gate_deadline),
-                              watchdog_interval=args.watchdog_interval)
-    controller = Controller(api, resolver, config, metrics, leading=elector.is_leader if elector else lambda: True)
+    elector = _elector(api, args)
+    controller = Controller(api, resolver, _controller_config(args), metrics,
+                            leading=elector.is_leader if elector else lambda: True)
+    servers = _serve(args, controller, metrics)
+    if servers is None:
+        return 1
+    _run_until_signalled(args, controller, elector, servers)
+    log.info("placement controller stopped", extra={"event": "stopped"})
+    return 0
+
+
+def _elector(api: Any, args: argparse.Namespace) -> LeaderElector | None:
+    """The Lease election (--leader-elect=on) in the proportions of kube-controller-manager's
+    defaults (lease 15 s, renew deadline 10 s, retry period 2 s): renew within 2/3 of the lease,
+    retry every lease/7.5 (at least 0.2 s)."""
+    from agent.placement.lease import LeaderElector
+
+    if args.leader_elect != "on":
+        return None
+    return LeaderElector(api, args.namespace, args.lease_name, args.identity, lease_duration=args.lease_duration,
+                         renew_deadline=args.lease_duration * 2 / 3, retry_period=max(0.2, args.lease_duration / 7.5))
+
+
+def _controller_config(args: argparse.Namespace) -> ControllerConfig:
+    from agent.placement.controller import ControllerConfig
+    from agent.placement.policy import Bounds
+
+    return ControllerConfig(identity=args.identity, workers=args.workers, taint_mode=args.taint_mode,
+                            bounds=Bounds(retry_window=args.retry_window, deadline=args.gate_deadline),
+                            watchdog_interval=args.watchdog_interval)
+
+
+def _serve(args: argparse.Namespace, controller: Controller, metrics: PlacementMetrics) -> list[Any] | None:
+    """Start the metrics/health server and the webhook asked for; None (and nothing left serving)
+    when one cannot listen."""
+    from agent.placement.webhook import WebhookServer
+    from agent.runtime.health import HealthServer
+
     servers: list[Any] = []
     try:
         if args.metrics_port is not None:
@@ -109,7 +140,14 @@ def run(args: argparse.Namespace) -> int:
         log.error("cannot serve: %s", exc)
         for server in servers:
             server.stop()
-        return 1
+        return None
+    return servers
+
+
+def _run_until_signalled(args: argparse.Namespace, controller: Controller, elector: LeaderElector | None,
+                         servers: list[Any]) -> None:
+    """Run (leading at once without an election) until SIGTERM or SIGINT, then stop everything,
+    releasing the Lease, and restore the signal handlers."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     controller.start()
@@ -128,5 +166,3 @@ def run(args: argparse.Namespace) -> int:
             server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    log.info("placement controller stopped", extra={"event": "stopped"})
-    return 0

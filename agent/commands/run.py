@@ -160,8 +160,9 @@ def run(args: argparse.Namespace) -> int:
             log.info("serving /metrics, /healthz, /readyz on port %d", agent.http.port,
                      extra={"node": settings.node_name, "event": "listening"})
         stop.wait()
-        # within 1 s in every phase (issue 10): an in-flight write gets what is left of it, then
-        # is abandoned; writes are idempotent and the next start reconciles from the Node
+        # within 1 s in every phase, so no rollout or drain waits out the termination grace period:
+        # an in-flight write gets what is left of it, then is abandoned; writes are idempotent and
+        # the next start reconciles from the Node
         agent.stop(timeout=0.8)
         return 0
     finally:

@@ -178,10 +178,19 @@ class DevicePlugins:
             self._wake.clear()
 
     def _tick(self) -> None:
-        now = self._clock()
+        wanted, gone = self._age_out_vanished(self._clock())
+        for name in gone:
+            self._stop_server(name)
+        for name, state in wanted.items():
+            self._ensure_server(name, state)
+        self._register_with_kubelet(wanted)
+
+    def _age_out_vanished(self, now: float) -> tuple[dict[str, ResourceDevices], list[str]]:
+        """Drop devices past their vanished grace (without waiting for a pass) and republish; returns
+        the resources wanted now and the names of servers no longer wanted."""
         with self._lock:
             wanted = dict(self._wanted)
-            for name, state in wanted.items():  # let vanished devices age out without a pass
+            for name, state in wanted.items():
                 pruned = with_vanished(replace(state, devices=tuple(d for d in state.devices if d.why != VANISHED)),
                                        state, self._vanished.setdefault(name, {}), now, self.vanished_grace)
                 if pruned.devices != state.devices:
@@ -189,10 +198,10 @@ class DevicePlugins:
                     if name in self._servers:
                         self._servers[name].publish(pruned)
             gone = [n for n in self._servers if n not in wanted]
-        for name in gone:
-            self._stop_server(name)
-        for name, state in wanted.items():
-            self._ensure_server(name, state)
+        return wanted, gone
+
+    def _register_with_kubelet(self, wanted: dict[str, ResourceDevices]) -> None:
+        """Register each served resource with the running kubelet once (again after it restarts)."""
         kubelet = self._kubelet()
         for name in sorted(wanted):
             if self._stopping.is_set():

@@ -221,36 +221,40 @@ def _parse_spec(template: str, index: int, args: Sequence[object], used: int) ->
     while index < len(template) and template[index] in "+-# 0":
         spec.flags += template[index]
         index += 1
-    for name in ("width", "prec"):
-        if name == "prec":
-            if not template.startswith(".", index):
-                break
-            index += 1
-            spec.prec = 0
-        if template.startswith("*", index):
-            index += 1
-            star = args[spec.used] if spec.used < len(args) else None
-            spec.used += 1
-            if isinstance(star, int) and not isinstance(star, bool) and abs(star) <= MAX_WIDTH:
-                if name == "width" and star < 0:
-                    spec.flags, star = spec.flags + "-", -star
-                spec.set_number(name, star if star >= 0 else None)
-            else:
-                spec.bad = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
-            continue
-        start = index
-        while index < len(template) and template[index].isdigit():
-            index += 1
-        if index > start:
-            number = int(template[start:index][:8])
-            if number > MAX_WIDTH:
-                spec.bad = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
-            else:
-                spec.set_number(name, number)
+    index = _parse_number(template, index, args, spec, "width")
+    if template.startswith(".", index):
+        spec.prec = 0
+        index = _parse_number(template, index + 1, args, spec, "prec")
     if index < len(template):
         spec.verb = template[index]
         index += 1
     return spec, index
+
+
+def _parse_number(template: str, index: int, args: Sequence[object], spec: _Spec, name: str) -> int:
+    """Read the width or precision (`name`) at `index` into `spec`: `*` takes the next operand,
+    digits are the number itself, nothing leaves it unset. Returns the index after it."""
+    bad = "%!(BADWIDTH)" if name == "width" else "%!(BADPREC)"
+    if template.startswith("*", index):
+        star = args[spec.used] if spec.used < len(args) else None
+        spec.used += 1
+        if isinstance(star, int) and not isinstance(star, bool) and abs(star) <= MAX_WIDTH:
+            if name == "width" and star < 0:
+                spec.flags, star = spec.flags + "-", -star
+            spec.set_number(name, star if star >= 0 else None)
+        else:
+            spec.bad = bad
+        return index + 1
+    start = index
+    while index < len(template) and template[index].isdigit():
+        index += 1
+    if index > start:
+        number = int(template[start:index][:8])
+        if number > MAX_WIDTH:
+            spec.bad = bad
+        else:
+            spec.set_number(name, number)
+    return index
 
 
 def format_verb(arg: object, verb: str, spec: _Spec) -> str:
@@ -269,38 +273,56 @@ def format_verb(arg: object, verb: str, spec: _Spec) -> str:
 
 
 def _format_scalar(arg: object, verb: str, spec: _Spec) -> str | None:
-    flags, prec = spec.flags, spec.prec
+    """`arg` printed for `verb`, or None when Go would print %!verb(type=value)."""
     integer = arg if isinstance(arg, int) and not isinstance(arg, bool) else None
     if verb == "v" and not isinstance(arg, float):
         return _pad(format_value(arg), spec, numeric=integer is not None)
-    if verb == "s" and isinstance(arg, str):
-        return _pad(arg if prec is None else arg[:prec], spec)
-    if verb == "q" and isinstance(arg, str):
-        return _pad(go_quote(arg), spec)
-    if verb == "q" and integer is not None and 0 <= integer <= 0x10FFFF:
-        return _pad(go_quote(chr(integer), "'"), spec)
+    if isinstance(arg, str):
+        return _format_string(arg, verb, spec)
+    if integer is not None:
+        return _format_integer(integer, verb, spec)
     if verb == "t" and isinstance(arg, bool):
         return _pad(format_value(arg), spec)
-    if verb == "c" and integer is not None and 0 <= integer <= 0x10FFFF:
-        return _pad(chr(integer), spec)
-    if verb == "U" and integer is not None and integer >= 0:
-        return _pad(f"U+{integer:04X}", spec)
-    if verb in "xX" and isinstance(arg, str):
-        sep = " " if " " in flags else ""
-        text = sep.join(f"{b:02x}" for b in arg.encode("utf-8", "surrogatepass"))
-        return _pad(text.upper() if verb == "X" else text, spec)
-    if verb in "dboxXO" and integer is not None:
-        base = {"d": "d", "b": "b", "o": "o", "O": "o", "x": "x", "X": "X"}[verb]
-        digits = format(abs(integer), base)
-        if prec is not None:
-            digits = digits.rjust(prec, "0")
-        prefix = {"b": "0b", "o": "0", "x": "0x", "X": "0X"}.get(verb, "") if "#" in flags else ""
-        prefix = "0o" if verb == "O" else prefix
-        sign = "-" if integer < 0 else "+" if "+" in flags else " " if " " in flags else ""
-        return _pad(digits, spec, numeric=True, sign=sign + prefix)
     if verb in "veEfFgG" and isinstance(arg, float):
         return _format_float(arg, verb, spec)
     return None
+
+
+def _format_string(arg: str, verb: str, spec: _Spec) -> str | None:
+    if verb == "s":
+        return _pad(arg if spec.prec is None else arg[: spec.prec], spec)
+    if verb == "q":
+        return _pad(go_quote(arg), spec)
+    if verb in "xX":
+        sep = " " if " " in spec.flags else ""
+        text = sep.join(f"{b:02x}" for b in arg.encode("utf-8", "surrogatepass"))
+        return _pad(text.upper() if verb == "X" else text, spec)
+    return None
+
+
+def _format_integer(integer: int, verb: str, spec: _Spec) -> str | None:
+    if verb == "q" and 0 <= integer <= 0x10FFFF:
+        return _pad(go_quote(chr(integer), "'"), spec)
+    if verb == "c" and 0 <= integer <= 0x10FFFF:
+        return _pad(chr(integer), spec)
+    if verb == "U" and integer >= 0:
+        return _pad(f"U+{integer:04X}", spec)
+    if verb in "dboxXO":
+        return _format_in_base(integer, verb, spec)
+    return None
+
+
+def _format_in_base(integer: int, verb: str, spec: _Spec) -> str:
+    """%d, %b, %o, %O, %x, %X of an integer: precision pads the digits, '#' adds Go's prefix."""
+    flags, prec = spec.flags, spec.prec
+    base = {"d": "d", "b": "b", "o": "o", "O": "o", "x": "x", "X": "X"}[verb]
+    digits = format(abs(integer), base)
+    if prec is not None:
+        digits = digits.rjust(prec, "0")
+    prefix = {"b": "0b", "o": "0", "x": "0x", "X": "0X"}.get(verb, "") if "#" in flags else ""
+    prefix = "0o" if verb == "O" else prefix
+    sign = "-" if integer < 0 else "+" if "+" in flags else " " if " " in flags else ""
+    return _pad(digits, spec, numeric=True, sign=sign + prefix)
 
 
 def _format_float(value: float, verb: str, spec: _Spec) -> str:

@@ -167,19 +167,26 @@ def slice_(item: object, *indexes: object) -> object:
         raise FunctionError(f"can't slice item of type {go_type(item)}")
     if len(indexes) > 3 or (len(indexes) == 3 and isinstance(item, str)):
         raise FunctionError("too many slice indexes")
-    bounds = []
-    for position in indexes:
-        if not isinstance(position, int) or isinstance(position, bool):
-            raise FunctionError(f"cannot index slice/array with type {go_type(position)}")
-        bounds.append(position)
     size = len(item.encode("utf-8", "surrogatepass")) if isinstance(item, str) else len(item)
+    start, stop = _slice_bounds([_slice_index(position) for position in indexes], size)
+    if isinstance(item, str):
+        return item.encode("utf-8", "surrogatepass")[start:stop].decode("utf-8", "replace")
+    return list(item[start:stop])
+
+
+def _slice_index(position: object) -> int:
+    if not isinstance(position, int) or isinstance(position, bool):
+        raise FunctionError(f"cannot index slice/array with type {go_type(position)}")
+    return position
+
+
+def _slice_bounds(bounds: list[int], size: int) -> tuple[int, int]:
+    """Start and stop of a slice of `size` items; Go's range check (0 <= low <= high <= max <= size)."""
     start = bounds[0] if bounds else 0
     stop = bounds[1] if len(bounds) > 1 else size
     if not 0 <= start <= stop <= size or (len(bounds) == 3 and not stop <= bounds[2] <= size):
         raise FunctionError(f"index out of range: {stop if stop > size else start}")
-    if isinstance(item, str):
-        return item.encode("utf-8", "surrogatepass")[start:stop].decode("utf-8", "replace")
-    return list(item[start:stop])
+    return start, stop
 
 
 def _printf(template: str, *args: object) -> str:

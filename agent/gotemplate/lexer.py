@@ -162,38 +162,55 @@ def _lex_action(source: str, start: int, pos: int) -> tuple[list[Token], int, bo
 
 def _lex_token(source: str, pos: int, spaced: bool) -> Token:
     char = source[pos]
-    single = {"|": "pipe", "(": "lparen", ")": "rparen", ",": "comma", "=": "assign"}
     if source.startswith(":=", pos):
         return Token("declare", ":=", pos, pos + 2, spaced)
-    if char in single:
-        return Token(single[char], char, pos, pos + 1, spaced)
-    if char == '"':
-        return _lex_quoted(source, pos, spaced)
-    if char == "`":
-        close = source.find("`", pos + 1)
-        if close < 0:
-            raise error_at(source, pos, "unterminated raw quoted string")
-        return Token("string", source[pos + 1 : close], pos, close + 1, spaced)
-    if char == "'":
-        return _lex_char(source, pos, spaced)
-    if char == "$":
-        end = _word_end(source, pos + 1)
-        return _checked(source, Token("variable", source[pos:end], pos, end, spaced))
-    if char == "." and not source[pos + 1 : pos + 2].isdigit():
-        end = _word_end(source, pos + 1)
-        if end == pos + 1:
-            return _checked(source, Token("dot", ".", pos, end, spaced))
-        return _checked(source, Token("field", source[pos + 1 : end], pos, end, spaced))
+    if char in _PUNCTUATION:
+        return Token(_PUNCTUATION[char], char, pos, pos + 1, spaced)
+    if char in "\"`'":
+        return _lex_quote(source, pos, spaced)
+    if char == "$" or (char == "." and not source[pos + 1 : pos + 2].isdigit()):
+        return _lex_variable_or_field(source, pos, spaced)
     if char.isdigit() or char in "+-.":
         return _lex_number(source, pos, spaced)
     if char.isalpha() or char == "_":
-        end = _word_end(source, pos)
-        word = source[pos:end]
-        if word in ("true", "false"):
-            return _checked(source, Token("bool", word == "true", pos, end, spaced))
-        kind = "nil" if word == "nil" else "keyword" if word in _KEYWORDS else "ident"
-        return _checked(source, Token(kind, word, pos, end, spaced))
+        return _lex_word(source, pos, spaced)
     raise error_at(source, pos, f"unrecognized character in action: {char!r}")
+
+
+_PUNCTUATION = {"|": "pipe", "(": "lparen", ")": "rparen", ",": "comma", "=": "assign"}
+
+
+def _lex_quote(source: str, pos: int, spaced: bool) -> Token:
+    """A "quoted" string, a `raw` string or a 'c'haracter constant, by the quote at `pos`."""
+    char = source[pos]
+    if char == '"':
+        return _lex_quoted(source, pos, spaced)
+    if char == "'":
+        return _lex_char(source, pos, spaced)
+    close = source.find("`", pos + 1)
+    if close < 0:
+        raise error_at(source, pos, "unterminated raw quoted string")
+    return Token("string", source[pos + 1 : close], pos, close + 1, spaced)
+
+
+def _lex_variable_or_field(source: str, pos: int, spaced: bool) -> Token:
+    """`$name` (or `$`), `.Field`, or `.` alone: the dot."""
+    end = _word_end(source, pos + 1)
+    if source[pos] == "$":
+        return _checked(source, Token("variable", source[pos:end], pos, end, spaced))
+    if end == pos + 1:
+        return _checked(source, Token("dot", ".", pos, end, spaced))
+    return _checked(source, Token("field", source[pos + 1 : end], pos, end, spaced))
+
+
+def _lex_word(source: str, pos: int, spaced: bool) -> Token:
+    """A boolean, nil, a keyword or an identifier."""
+    end = _word_end(source, pos)
+    word = source[pos:end]
+    if word in ("true", "false"):
+        return _checked(source, Token("bool", word == "true", pos, end, spaced))
+    kind = "nil" if word == "nil" else "keyword" if word in _KEYWORDS else "ident"
+    return _checked(source, Token(kind, word, pos, end, spaced))
 
 
 def _word_end(source: str, pos: int) -> int:
@@ -273,17 +290,23 @@ def unescape(source: str, start: int, end: int, quote: str = '"') -> str:
             out.append(_SIMPLE_ESCAPES.get(code, quote))
             index += 2
             continue
-        digits = {"x": 2, "u": 4, "U": 8}.get(code)
-        base, width, skip = (16, digits, 2) if digits else (8, 3, 1)
-        chunk = source[index + skip : index + skip + width]
-        if (not digits and not code.isdigit()) or len(chunk) != width or index + skip + width > end:
-            raise error_at(source, index, f"invalid escape sequence \\{code}")
-        try:
-            value = int(chunk, base)
-            out.append(chr(value) if value <= 0x10FFFF else "")
-        except ValueError:
-            raise error_at(source, index, f"invalid escape sequence \\{code}{chunk}") from None
-        if value > 0x10FFFF or (base == 8 and value > 255) or 0xD800 <= value <= 0xDFFF:
-            raise error_at(source, index, f"invalid escape sequence \\{code}{chunk}")
-        index += skip + width
+        decoded, index = _numeric_escape(source, index, end)
+        out.append(decoded)
     return "".join(out)
+
+
+def _numeric_escape(source: str, index: int, end: int) -> tuple[str, int]:
+    """The character of the \\xhh, \\uhhhh, \\Uhhhhhhhh or \\ooo escape at `index`, and the index after it."""
+    code = source[index + 1 : index + 2]
+    digits = {"x": 2, "u": 4, "U": 8}.get(code)
+    base, width, skip = (16, digits, 2) if digits else (8, 3, 1)
+    chunk = source[index + skip : index + skip + width]
+    if (not digits and not code.isdigit()) or len(chunk) != width or index + skip + width > end:
+        raise error_at(source, index, f"invalid escape sequence \\{code}")
+    try:
+        value = int(chunk, base)
+    except ValueError:
+        raise error_at(source, index, f"invalid escape sequence \\{code}{chunk}") from None
+    if value > 0x10FFFF or (base == 8 and value > 255) or 0xD800 <= value <= 0xDFFF:
+        raise error_at(source, index, f"invalid escape sequence \\{code}{chunk}")
+    return chr(value), index + skip + width

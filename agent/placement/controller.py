@@ -50,7 +50,6 @@ from agent.placement.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-MAX_CONFLICTS = 5
 SWEEP_PAGE = 500
 PENDING = "status.phase=Pending"
 

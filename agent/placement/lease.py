@@ -52,9 +52,6 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self._leading.is_set()
 
-    def wait_leading(self, timeout: float | None = None) -> bool:
-        return self._leading.wait(timeout)
-
     def start(self, on_change: Callable[[bool], None]) -> None:
         self._thread = threading.Thread(target=self._run, args=(on_change,), name="placement-lease", daemon=True)
         self._thread.start()

@@ -107,20 +107,35 @@ def classes_for(platform: PlatformLike) -> frozenset[NodeClass]:
         return frozenset()
     if os == "windows":
         return frozenset({NodeClass(os, arch)})
-    if arch == "amd64":
-        level = _version(platform.variant, 1)
-        return frozenset(NodeClass(os, arch, n) for n in AMD64_LEVELS if level is not None and n >= level)
-    if arch == "arm":
-        level = _version(platform.variant, 7)
-        if level is None or level not in ARM_LEVELS:
-            return frozenset()
-        arm64 = {NodeClass(os, "arm64", 8)}
-        return frozenset({NodeClass(os, arch, n) for n in ARM_LEVELS if n >= level} | arm64)
-    if arch == "arm64":
-        if _version(platform.variant, 8) != 8:
-            return frozenset()
-        return frozenset(NodeClass(os, arch, n) for n in ARM64_LEVELS)
+    by_variant = _CLASSES_BY_VARIANT.get(arch)
+    if by_variant is not None:
+        return by_variant(os, platform.variant)
     return frozenset() if platform.variant else frozenset({NodeClass(os, arch)})
+
+
+def _amd64_classes(os: str, variant: str) -> frozenset[NodeClass]:
+    """An amd64 image of level vN runs on nodes of level N and above (no variant: v1)."""
+    level = _version(variant, 1)
+    return frozenset(NodeClass(os, "amd64", n) for n in AMD64_LEVELS if level is not None and n >= level)
+
+
+def _arm_classes(os: str, variant: str) -> frozenset[NodeClass]:
+    """A 32-bit arm image of vN runs on arm nodes of vN and above, and on arm64 (v8) nodes."""
+    level = _version(variant, 7)
+    if level is None or level not in ARM_LEVELS:
+        return frozenset()
+    arm64 = {NodeClass(os, "arm64", 8)}
+    return frozenset({NodeClass(os, "arm", n) for n in ARM_LEVELS if n >= level} | arm64)
+
+
+def _arm64_classes(os: str, variant: str) -> frozenset[NodeClass]:
+    """An arm64 image runs on every arm64 node when its variant is v8 or absent."""
+    if _version(variant, 8) != 8:
+        return frozenset()
+    return frozenset(NodeClass(os, "arm64", n) for n in ARM64_LEVELS)
+
+
+_CLASSES_BY_VARIANT = {"amd64": _amd64_classes, "arm": _arm_classes, "arm64": _arm64_classes}
 
 
 def image_classes(platforms: Iterable[PlatformLike]) -> frozenset[NodeClass]:

@@ -4,19 +4,18 @@ client-go's reflector backs off from 800 ms to 30 s and resets only 2 minutes af
 error (``tools/cache/reflector.go``: ``NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)``)
 — tuned for thousands of informers re-listing whole
 collections. One agent patching one Node is a different trade: with a fault every ~30 s
-that policy kept the agent blind for most of the time (issue 15). So here: 0.5 s doubling,
+that policy kept the agent blind for most of the time. So here: 0.5 s doubling,
 capped at 5 s, jitter downwards (each delay is ``d - rand*d/2``, in (d/2, d], so never more
 than 5 s: a retry lands at most 5 s after the API is healthy again), reset on the first
 success. A fleet stays spread by the jitter; ``Retry-After`` from a 429/503 replaces
 the computed delay (bounded), so an overloaded server still sets the pace.
 
-Clock, sleep and random are injected so tests run the real policy with tiny sleeps.
+Random is injected so tests check the real policy's delays exactly.
 """
 
 from __future__ import annotations
 
 import random as _random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,14 +44,11 @@ class Backoff:
         self,
         settings: BackoffSettings = BackoffSettings(),
         *,
-        clock: Callable[[], float] = time.monotonic,
         random: Callable[[], float] = _random.random,
     ) -> None:
         self.settings = settings
-        self._clock = clock
         self._random = random
         self._steps = 0
-        self._last_failure: float | None = None
 
     @property
     def steps(self) -> int:
@@ -60,7 +56,6 @@ class Backoff:
 
     def next_delay(self, retry_after: float | None = None) -> float:
         """Register a failure and return how long to wait before the next try."""
-        self._last_failure = self._clock()
         base = min(self.settings.maximum, self.settings.initial * self.settings.factor ** self._steps)
         self._steps += 1
         if retry_after is not None and retry_after >= 0:
@@ -74,7 +69,6 @@ class Backoff:
 
     def reset(self) -> None:
         self._steps = 0
-        self._last_failure = None
 
 
 def parse_retry_after(value: object) -> float | None:

@@ -17,7 +17,7 @@ Two kinds of Warning arise outside a pass, and they join a pass's one Event too:
   Warning parts of an Event that could not be posted wait in a small backlog, and the next
   successful pass carries them all in its one Event (``flush``), since each may be the only
   trace an operator sees in ``kubectl describe node`` of something the agent refused while
-  the API server was flaky (issue 15). After an outage that is still one POST, not one per
+  the API server was flaky. After an outage that is still one POST, not one per
   Warning kept.
 """
 

@@ -126,7 +126,7 @@ class Reconciler:
         self.node_name = node_name
         self.claims = claims
         self.startup_taints = frozenset(t.identity if isinstance(t, Taint) else (t[0], t[1]) for t in startup_taints)
-        self.backoff = Backoff(backoff, clock=clock, random=random)
+        self.backoff = Backoff(backoff, random=random)
         self.events = ev.EventRecorder(api, node_name, enabled=emit_events)
         self.notices = Notices(self.events, node_name)
         self._sleep = sleep

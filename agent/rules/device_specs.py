@@ -110,23 +110,9 @@ def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, 
         unknown = set(body) - FIELDS
         if unknown:
             raise DeviceSpecError(f"devices {resource!r}: unknown field(s) {sorted(unknown)}", body.line)
-        nodes_raw = _list(body, "deviceNodes")
-        if not nodes_raw:
-            raise DeviceSpecError(f"devices {resource!r}: deviceNodes is required", body.line)
-        nodes = tuple(_node(item, nodes_raw.line_of(i)) for i, item in enumerate(nodes_raw))
-        permissions = _text(body.get("permissions", "rw"), "permissions", body.line_of("permissions"))
-        if not permissions or set(permissions) - set("rwm") or len(set(permissions)) != len(permissions):
-            raise DeviceSpecError(f"devices {resource!r}: permissions {permissions!r} must be letters of 'rwm'",
-                                  body.line_of("permissions"))
-        env_raw = body.get("env") or LineMap()
-        if not isinstance(env_raw, LineMap):
-            raise DeviceSpecError(f"devices {resource!r}: env must be a mapping", body.line_of("env"))
-        env = {}
-        for key, value in env_raw.items():
-            if not _ENV_NAME.fullmatch(str(key)):
-                raise DeviceSpecError(f"devices {resource!r}: env name {key!r} is not a valid variable name",
-                                      env_raw.line_of(key))
-            env[str(key)] = _text(value, f"env {key}", env_raw.line_of(key))
+        nodes = _device_nodes(resource, body)
+        permissions = _permissions(resource, body)
+        env = _env(resource, body)
         mounts_raw, ready_raw = _list(body, "mounts"), _list(body, "notReady")
         out.append(DeviceDeclaration(
             resource, nodes, permissions, env,
@@ -134,3 +120,32 @@ def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, 
             tuple(_not_ready(n, ready_raw.line_of(i)) for i, n in enumerate(ready_raw)),
             f"{path}:{at}"))
     return tuple(out)
+
+
+def _device_nodes(resource: object, body: LineMap) -> tuple[NodeSpec, ...]:
+    nodes_raw = _list(body, "deviceNodes")
+    if not nodes_raw:
+        raise DeviceSpecError(f"devices {resource!r}: deviceNodes is required", body.line)
+    return tuple(_node(item, nodes_raw.line_of(i)) for i, item in enumerate(nodes_raw))
+
+
+def _permissions(resource: object, body: LineMap) -> str:
+    """The cgroup device access: letters of "rwm", each at most once (default "rw")."""
+    permissions = _text(body.get("permissions", "rw"), "permissions", body.line_of("permissions"))
+    if not permissions or set(permissions) - set("rwm") or len(set(permissions)) != len(permissions):
+        raise DeviceSpecError(f"devices {resource!r}: permissions {permissions!r} must be letters of 'rwm'",
+                              body.line_of("permissions"))
+    return permissions
+
+
+def _env(resource: object, body: LineMap) -> dict[str, str]:
+    env_raw = body.get("env") or LineMap()
+    if not isinstance(env_raw, LineMap):
+        raise DeviceSpecError(f"devices {resource!r}: env must be a mapping", body.line_of("env"))
+    env = {}
+    for key, value in env_raw.items():
+        if not _ENV_NAME.fullmatch(str(key)):
+            raise DeviceSpecError(f"devices {resource!r}: env name {key!r} is not a valid variable name",
+                                  env_raw.line_of(key))
+        env[str(key)] = _text(value, f"env {key}", env_raw.line_of(key))
+    return env

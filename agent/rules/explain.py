@@ -64,6 +64,15 @@ def _mentions(text: str, target: str) -> bool:
 
 
 def _candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
+    """The rules and label files that produce ``target`` or could, and the refusals that name it."""
+    lines = _rule_candidates(plan, target, options) + _label_file_candidates(plan, target)
+    for problem in plan.state.problems:
+        if target in problem.item:
+            lines.append(f"  refused: {problem}")
+    return lines
+
+
+def _rule_candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
     lines = []
     for result in plan.evaluation.rules:
         rule = result.rule
@@ -75,6 +84,11 @@ def _candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
         lines.append(f"  rule {rule.qualified_name} ({rule.origin}) {state}" + (" [template may produce it]" if templated and not kind else ""))
         if not result.matched:
             lines.append(f"    failed: {result.failure()}")
+    return lines
+
+
+def _label_file_candidates(plan: Plan, target: str) -> list[str]:
+    lines = []
     for file_result in plan.label_files:
         if file_result.label_file.key != target:
             continue
@@ -84,9 +98,6 @@ def _candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
         else:
             deps = ", ".join(d.describe() for d in lf.dependencies) or "(none)"
             lines.append(f"  label file {lf.path}: none of its dependencies is on the node: {deps}")
-    for problem in plan.state.problems:
-        if target in problem.item:
-            lines.append(f"  refused: {problem}")
     return lines
 
 

@@ -17,6 +17,7 @@ from agent.gotemplate import TemplateError, compile_template
 from agent.rules.device_specs import DeviceSpecError, parse_devices
 from agent.rules.expressions import check_expression
 from agent.rules.model import (
+    VALUE_TYPES,
     AnyBranch,
     Expression,
     FeatureTerm,
@@ -86,7 +87,7 @@ class _Parser:
         values = _list(values, f"expression {key!r} value", spec.line_of("value"))
         texts = tuple(_scalar_text(v, f"expression {key!r} value", spec.line_of("value")) for v in values)
         value_type = spec.get("type") or ""
-        if value_type not in ("", "version"):
+        if value_type not in VALUE_TYPES:
             raise RuleShapeError(f"expression {key!r}: unknown type {value_type!r} (only 'version')", spec.line_of("type"))
         expr = Expression(key, _scalar_text(spec["op"], "op", spec.line_of("op")), texts, value_type, self.at(line))
         errors = check_expression(expr)

@@ -26,15 +26,22 @@ def _from_json(text: str) -> dict[str, str]:
     except json.JSONDecodeError as exc:
         raise NodeLabelsError(f"not valid JSON: {exc.msg} at line {exc.lineno}") from None
     if isinstance(data, dict) and isinstance(data.get("metadata"), dict):
-        annotations = data["metadata"].get("annotations") or {}
-        record = annotations.get(ANNOTATION_OWNED_LABELS, "") if isinstance(annotations, dict) else ""
-        owned = {k.strip() for k in str(record).split(",") if k.strip() and not reserved_namespace_problem(k.strip())}
-        data = data["metadata"].get("labels") or {}
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if k not in owned}
+        data = _labels_not_owned(data["metadata"])
     if not isinstance(data, dict):
         raise NodeLabelsError("JSON must be an object of labels or a Node object")
     return {str(k): "" if v is None else str(v) for k, v in data.items()}
+
+
+def _labels_not_owned(metadata: dict[str, object]) -> object:
+    """A Node's labels less those its owned-labels record gives to this agent; a key in a namespace
+    the agent may never own stays, whatever the record says (as in the reconciler's claims)."""
+    annotations = metadata.get("annotations") or {}
+    record = annotations.get(ANNOTATION_OWNED_LABELS, "") if isinstance(annotations, dict) else ""
+    owned = {k.strip() for k in str(record).split(",") if k.strip() and not reserved_namespace_problem(k.strip())}
+    labels = metadata.get("labels") or {}
+    if isinstance(labels, dict):
+        return {k: v for k, v in labels.items() if k not in owned}
+    return labels
 
 
 def _from_pairs(items: list[str]) -> dict[str, str]:

@@ -263,7 +263,7 @@ class Agent:
     def _rules_edited(self) -> None:
         """Judge each edit when it is seen, in the watcher thread: a busy or backing-off
         worker would see only the last of several quick edits, and an invalid one in between
-        would get no log line, Event or metric (issue 15). Only an accepted edit queues a pass."""
+        would get no log line, Event or metric. Only an accepted edit queues a pass."""
         if self.rules.reload().changed:
             self.metrics.rules_reloads.labels("accepted").inc()
             self.queue.put(q.RULES)
@@ -346,7 +346,7 @@ class Agent:
         """The failed pass has ended; try again after ``delay`` unless an event comes first.
         The retry is kept out of the queue on purpose: a retry's delay in the pending batch
         would hold back a hotplug, rule edit or Node change arriving meanwhile, and those
-        must start a fresh pass from the current host state at once (issue 15)."""
+        must start a fresh pass from the current host state at once."""
         self._retry_at = time.monotonic() + max(0.0, delay)
 
     def _jittered(self) -> float:

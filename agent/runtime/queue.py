@@ -48,10 +48,6 @@ class Batch:
     not_before: float = 0.0  # the latest ``delay`` of the non-hotplug parts
     settle_at: float | None = None  # when the hotplug burst counts as settled
 
-    @property
-    def full_discovery(self) -> bool:
-        return self.sources is None
-
 
 class TriggerQueue:
     """Thread-safe coalescing queue with one consumer."""

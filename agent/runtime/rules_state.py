@@ -69,11 +69,10 @@ def problem_key(problem: Any) -> tuple[str, str, str]:
 @dataclass(frozen=True)
 class Reload:
     """What one ``reload`` did: ``changed`` (a new catalogue is in use), ``rejected`` (the
-    files changed but are broken: the last good catalogue stays), ``new_problems``."""
+    files changed but are broken: the last good catalogue stays)."""
 
     changed: bool
     rejected: bool = False
-    new_problems: tuple[Any, ...] = ()
 
 
 class RulesState:
@@ -142,4 +141,4 @@ class RulesState:
                 self.on_rejected(self.last_error)
             except Exception:
                 log.exception("reporting the broken rules failed")
-        return Reload(changed=False, rejected=True, new_problems=problems)
+        return Reload(changed=False, rejected=True)

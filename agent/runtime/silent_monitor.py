@@ -1,4 +1,4 @@
-"""Device events that never arrive (issue 10 item 7).
+"""Device events that never arrive.
 
 A monitor can open fine and still deliver nothing: udevd's events go only to the host's network
 namespace, a user-namespaced pod gets no uevents at all, a runtime may filter netlink. Nothing

@@ -210,7 +210,7 @@ def test_coral_usb_re_enumeration_boot_state_is_never_allocated_and_the_loaded_o
 
 
 def test_stop_with_plugins_serving_ends_cleanly_within_the_shutdown_budget(tmp_path, server, socket_dir, kubelet):
-    """run's SIGTERM path gives agent.stop 0.8 s (issue 10): with plugins serving and kubelet
+    """run's SIGTERM path gives agent.stop 0.8 s (the process ends within 1 s of SIGTERM): with plugins serving and kubelet
     streaming from them, the worker still finishes in it and our sockets are gone."""
     h = Harness(tmp_path, server, socket_dir).start()
     kubelet.wait_list(HAILO, [(HAILO_8, "Healthy")])

@@ -1,4 +1,4 @@
-"""The fault matrix (issue 7), end to end, in one place.
+"""The fault matrix, end to end, in one place.
 
 Every case runs the real agent loop (``agent.runtime.agent.Agent`` in-process, or the
 ``run`` command as a process where a signal is needed) against the in-repo API server over
@@ -54,7 +54,7 @@ API holds a namespace read 10 s        placement/test_promises::test_a_namespace
 The placement rows run the placement controller (in-process, and as the ``placement``
 command in the misuse case) against the in-repo API server, with a socket that accepts and
 never answers as the registry; they assert the gate released, the Event and outcome, and the
-registry requests counted. The ownership-record case runs the ``apply`` command as a process, as the issue reproduced it;
+registry requests counted. The ownership-record case runs the ``apply`` command as a process, the damage shows across separate runs;
 the kubelet restarts run on the edge-ai host with the kubelet stand-in (``tests/deviceplugin``)
 and check registration, not Node writes. The narrower tests check one component or the final state only; the cases here add the
 whole loop, the foreign seed and the per-write ledger. Backoffs are shrunk (50-200 ms) so the

@@ -1,4 +1,4 @@
-"""Removal needs positive evidence (issue 10, item 2).
+"""Removal needs positive evidence: a feature whose source could not be read is unknown, not absent.
 
 A source whose evidence path cannot be read (``agent.discovery_evidence``) failed as a whole:
 its previous features stay, nothing it contributed is removed, the agent says not-ready with

@@ -1,4 +1,4 @@
-"""kubelet restarting, in every form, with ``run --device-plugin=on`` (issue 24 item 4).
+"""kubelet restarting, in every form, with ``run --device-plugin=on``.
 
 The agent in-process (``tests/deviceplugin/test_agent_mode.Harness``) serves the edge-ai
 host's devices to the kubelet stand-in over real unix sockets. kubelet then restarts: its

@@ -116,7 +116,7 @@ def _label_writes(server, since: float) -> list[float]:
 
 
 def test_a_label_another_writer_reverts_is_rewritten_with_backoff_then_left_alone(server, ledger, make_harness):
-    """Issue 24 item 2: another controller sets its own value for a label the agent owns and
+    """Another controller sets its own value for a label the agent owns and
     reverts every write of the agent's. Before: one PATCH per revert, 751-892 in 10 s, no Event.
     Now: the first revert is rewritten at once, the next ones after a doubling delay, and the
     limit-th ends the contest with a LabelContested Warning naming the value found; the label
@@ -161,7 +161,7 @@ def _apply(tmp_path, server, host) -> subprocess.CompletedProcess[str]:
                                               (ANNOTATION_OWNED_RESOURCES, "deleted"),
                                               (ANNOTATION_OWNED_LABELS, "damaged")])
 def test_one_part_of_the_ownership_record_deleted_or_damaged_is_rebuilt(tmp_path, server, ledger, part, damage):
-    """Issue 24 item 3: owned-labels deleted while owned-extended-resources stays. Before: the
+    """Owned-labels deleted while owned-extended-resources stays. Before: the
     next apply wrote nothing (the labels already matched), the record stayed gone, and a later
     unplug left the device's labels on the Node for ever. Now each record annotation missing or
     damaged is rebuilt from what the agent manages, with the OwnershipRecordRebuilt Event."""

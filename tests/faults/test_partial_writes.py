@@ -1,4 +1,4 @@
-"""Both halves or a visible gap (issue 15 item 2).
+"""Both halves or a visible gap.
 
 Labels/taints and ``status.capacity`` are two PATCHes. When the API server accepts one and
 fails the other, the Node carries a label without its extended resource (or the reverse).

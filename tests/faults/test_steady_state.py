@@ -1,4 +1,4 @@
-"""Steady state stays 0 writes (issue 13): a resync that finds the host unchanged writes nothing,
+"""Steady state stays 0 writes (an idle fleet must cost the API server nothing): a resync that finds the host unchanged writes nothing,
 even when one read fails on the way.
 
 Found in bench/fleet.py's idle sample: ``cpu-hardware_multithreading`` removed and put back a
@@ -303,7 +303,7 @@ def test_a_host_that_never_had_an_evidence_file_is_not_degraded_on_later_passes(
 
 
 def test_an_evidence_file_that_was_there_and_goes_still_keeps_the_previous_answer(tmp_path):
-    """The issue 10 rule holds: coral-usb's /proc/meminfo read, then gone: memory is degraded,
+    """Removal needs positive evidence: coral-usb's /proc/meminfo read, then gone: memory is degraded,
     its features kept, one Warning; back: recovered."""
     root = tmp_path / "host"
     shutil.copytree(FIXTURES / "coral-usb", root, symlinks=True)

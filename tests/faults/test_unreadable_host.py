@@ -1,4 +1,4 @@
-"""A host file that cannot be read is undetermined, never absent (issue 24, case 1).
+"""A host file that cannot be read is undetermined, never absent.
 
 The reproduction, end to end: a Coral PCIe card is labelled (``accelerators/edgetpu`` and the
 ``node-feature-agent.io/edgetpu`` capacity); then its ``vendor`` file cannot be read — a

@@ -1,1 +1,1 @@
-"""Property-based fuzzing of every host-input parser (issue 7): generated host trees, real sources."""
+"""Property-based fuzzing of every host-input parser (host files are untrusted input): generated host trees, real sources."""

@@ -1,4 +1,4 @@
-"""Host strings are data, never structure (issue 10, item 5).
+"""Host strings are data, never structure.
 
 A USB device chooses its own ``serial``/``product`` strings (any bytes the firmware likes), and
 a device tree its ``model``. Discovery must never let a newline or another control character

@@ -149,10 +149,17 @@ def test_metrics_count_registry_requests_and_cache_hits(server: FakeApiServer, r
             gated_pod(server, "apps", f"m{i}", [f"{registry.host}/test/pair:1"])
         for i in range(1, 5):
             ungated(server, "apps", f"m{i}")
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+        def counted() -> dict[str, str] | None:
+            """The metrics once all five pods are counted: the controller counts a pod when its
+            PATCH has returned, a moment after the API server shows the pod released."""
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            found = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("nfa_placement"))
+            return found if float(found.get('nfa_placement_pods_total{outcome="resolved"}', 0)) >= 5 else None
+
+        lines = wait_for(counted, timeout=30, what="the five pods counted")
     finally:
         stop(process)
-    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("nfa_placement"))
     assert float(lines[f'nfa_placement_registry_requests_total{{code="200",host="{registry.host}"}}']) == 2  # HEAD + GET
     assert float(lines['nfa_placement_pods_total{outcome="resolved"}']) == 5
     assert float(lines['nfa_placement_cache_lookups_total{cache="platforms",result="hit"}']) == 4

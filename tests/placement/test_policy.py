@@ -1,5 +1,5 @@
 """Failure semantics (``agent/placement/policy.py``): the namespace's choice and the bounds
-the issue sets (ungate after retries of at most 30 s, hold until a 10-minute deadline counted
+it documents (ungate after retries of at most 30 s, hold until a 10-minute deadline counted
 from creation, fallback:<arch>), on a fake clock."""
 
 from __future__ import annotations

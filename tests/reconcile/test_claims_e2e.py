@@ -1,4 +1,4 @@
-"""The ownership record is a claim to check, not an order (issue 10, item 4).
+"""The ownership record is a claim to check, not an order.
 
 Whoever holds a node's credentials can edit its annotations; NodeRestriction still forbids a
 kubelet to touch ``node-restriction.kubernetes.io/`` labels or ``node-role`` labels, and the

@@ -1,4 +1,4 @@
-"""At most one Event per pass (issue 13 item 5): what a pass has to say is aggregated into one
+"""At most one Event per pass (each Event is a write the API server pays for): what a pass has to say is aggregated into one
 core/v1 Event, posted through the real client to the in-repo API server (which validates
 Events as the real one does: reason, type, involvedObject)."""
 
@@ -97,7 +97,7 @@ def test_the_warnings_of_an_aggregate_that_fails_to_post_are_kept_for_later(serv
 
 
 def test_warnings_kept_through_an_outage_go_out_in_the_next_passs_one_event(server):
-    """Issue 13 item 5: after an outage, the Warnings kept from failed posts are not re-posted
+    """After an outage, the Warnings kept from failed posts are not re-posted
     one by one: the next successful pass carries them in its one Event, oldest timestamp first."""
     import datetime as dt
 

@@ -34,7 +34,7 @@ def test_canonical_count():
 
 
 def test_hostile_quantities_from_the_node_are_rejected_fast():
-    """A capacity value is Node data anyone with node credentials can write (issue 10, item 9)."""
+    """A capacity value is Node data anyone with node credentials can write: parsing it must stay cheap."""
     from agent.reconcile.quantity import parse_quantity
 
     for text in ("1e10000000", "1E-10000000", "9" * 5000, "1" + "0" * 100000 + "k", "1e65", "1.5e99999999999"):

@@ -1,6 +1,7 @@
 """A pass that swaps one extended resource for another, against the in-repo API server.
 
-Issue 13 item 5: a changed node costs at most 3 writes in all, Events included. The swap is
+A changed node costs at most 3 writes in all, Events included (the API server's load grows with
+the fleet). The swap is
 the costliest change: the label write widens the ownership record to old+new (a resource of
 ours is recorded before it is written), then one ``/status`` JSON patch adds the new resource,
 removes the old one and trims the record (metadata applies on ``/status``: the node status

@@ -1,4 +1,4 @@
-"""Catalogue corrections of issue 12: the Coral Dev Board under either kernel, and GPUs only
+"""The catalogue on boards and GPUs: the Coral Dev Board under either kernel, and GPUs only
 with a compute driver bound.
 
 Device-tree strings: mainline Linux ``arch/arm64/boot/dts/freescale/imx8mq-phanbell.dts``

@@ -333,7 +333,7 @@ def test_unprefixed_keys_are_auto_prefixed_and_still_validated(tmp_path):
 
 
 def test_an_ownership_record_over_the_annotation_budget_is_reported_at_plan_time(tmp_path):
-    """Issue 10, item 9: 3,000 labels of ~120 bytes need a ~360 KB record, over the API
+    """3,000 labels of ~120 bytes need a ~360 KB record, over the API
     server's 256 KiB budget for all annotations: plan says so instead of a 422 later."""
     from agent.desired import annotation_bytes
 

@@ -272,7 +272,7 @@ def test_metrics_port_in_use_fails_start(tmp_path, server):
 
 
 def test_a_failed_write_ends_the_pass_and_a_new_event_does_not_wait_for_the_backoff(tmp_path, server):
-    """Issue 15: with a 30 s backoff, a 503 ends the pass at once (no sleep inside it) and
+    """With a 30 s backoff, a 503 ends the pass at once (no sleep inside it) and
     the next hotplug starts a fresh pass from the current host state, not after the backoff."""
     h = Harness(tmp_path, server, backoff=BackoffSettings(initial=30.0, maximum=30.0))
     try:
@@ -291,8 +291,8 @@ def test_a_failed_write_ends_the_pass_and_a_new_event_does_not_wait_for_the_back
 
 
 def test_every_invalid_rules_edit_is_judged_while_the_worker_is_busy(harness):
-    """Issue 15: two broken edits in a row while the worker is stuck in a slow write are each
-    judged when seen (metric, log line), not when the worker is free; issue 13 item 5: their
+    """Two broken edits in a row while the worker is stuck in a slow write are each judged when
+    seen (metric, log line), not when the worker is free, so neither goes unreported; their
     Warnings share the next pass's one Event (one POST naming both), not one POST each."""
     harness.start()
     harness.server.faults.slow(6.0, count=1, verb="PATCH")
@@ -333,9 +333,8 @@ def test_udev_mode_without_udevds_socket_falls_back_to_kernel_uevents(tmp_path, 
 
 
 def test_warning_events_that_fail_to_post_go_out_in_the_next_good_passs_one_event(harness):
-    """Issue 15: invalid rules edits judged while Events are throttled (429) must still reach
-    ``kubectl describe node``: their Warnings wait in a backlog; issue 13 item 5: the next
-    successful pass carries them all in its one Event (one POST, not one per Warning kept); a
+    """Invalid rules edits judged while Events are throttled (429) must still reach
+    ``kubectl describe node``: their Warnings wait in a backlog; the next successful pass carries them all in its one Event (one POST, not one per Warning kept); a
     Normal Event failing is only logged."""
     harness.start()
     harness.server.faults.throttle(retry_after=1, count=2, verb="POST", path="/events")
@@ -360,7 +359,7 @@ def test_warning_events_that_fail_to_post_go_out_in_the_next_good_passs_one_even
 
 
 def test_a_monitor_that_delivers_nothing_is_noticed_at_resync_and_polling_takes_over(tmp_path, server):
-    """Issue 10 item 7: the event socket opens but no device event ever arrives (udevd's events
+    """The event socket opens but no device event ever arrives (udevd's events
     stay in the host netns, a user-namespaced pod...). The Coral leaves and comes back with no
     uevent: the resync finds USB changed with no USB event since USB was last read, so the agent
     says so (log, nfa_udev_fallback_active, /readyz HotplugSilent) and polls from then on,

@@ -1,4 +1,4 @@
-"""The real agent process on the live host, driven by real kernel uevents (issue 13 item 3).
+"""The real agent process on the live host, driven by real kernel uevents.
 
 ``node-feature-agent run --udev-mode=kernel --host-root=/`` with a rule matching a veth
 interface; ``ip link add`` makes the kernel create the interface and send its uevents

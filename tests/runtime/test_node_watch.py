@@ -172,7 +172,7 @@ def test_hostile_stream_lines_are_dropped_and_errors_classified():
 
 
 def test_clean_ends_reconnect_at_once_from_the_last_version():
-    """Issue 15: a clean end of the stream is no error. Even with a 30 s error backoff and
+    """A clean end of the stream is no error (the API server ends every watch). Even with a 30 s error backoff and
     streams ended before any event, the watcher is back within moments, from its version."""
     slow = BackoffSettings(initial=30.0, maximum=30.0)
     with FakeApiServer(bookmark_interval=3600) as srv:
@@ -206,7 +206,8 @@ class RecordingWaits(NodeWatcher):
 
 
 def test_a_clean_end_of_the_stream_reconnects_at_once_and_errors_back_off_a_few_seconds_at_most(server):
-    """Issue 15, item 4, with the production back-off settings (800 ms doubling to 30 s)."""
+    """With the production back-off settings (800 ms doubling to 30 s): a Node change is never
+    missed for longer than a few seconds, whether the server ends its watches cleanly or not."""
     from agent.runtime.node_watch import MAX_WATCH_DELAY
 
     rec = Recorder()

@@ -24,7 +24,7 @@ def test_triggers_coalesce_into_one_batch():
     q.put(NODE, node={"metadata": {"resourceVersion": "2"}})
     batch = q.get(timeout=0)
     assert batch.kinds == {STARTUP, RULES, NODE}
-    assert batch.full_discovery
+    assert batch.sources is None  # rediscover everything
     assert batch.node["metadata"]["resourceVersion"] == "2"  # newest node wins
     assert q.get(timeout=0) is None
 

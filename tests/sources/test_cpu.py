@@ -17,6 +17,7 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import cpu, cpu_live
+from tests.support.hostfiles import put
 
 P = NFD_PREFIX + "cpu-"
 
@@ -146,16 +147,6 @@ Revision\t: d03114
 Serial\t\t: 10000000a1b2c3d4
 Model\t\t: Raspberry Pi 4 Model B Rev 1.4
 """
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> Path:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    return path
 
 
 def add_cpus(root: Path, count: int, threads: int = 1, sockets: int = 1) -> None:

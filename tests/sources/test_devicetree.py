@@ -16,15 +16,10 @@ from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import devicetree
 from agent.sources.devicetree import split_string_list
+from tests.support.hostfiles import put
 
 BASE = "/sys/firmware/devicetree/base"
 B = "beta.devicetree.org/"
-
-
-def put(root: Path, host_path: str, content: bytes) -> None:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
 
 
 def board(root: Path, compatible: bytes, model: bytes | None = None, base: str = BASE) -> None:

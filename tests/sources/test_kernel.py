@@ -14,6 +14,7 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import kernel
+from tests.support.hostfiles import put
 
 P = NFD_PREFIX + "kernel-"
 RELEASE = "5.15.0-91-generic"
@@ -50,13 +51,6 @@ MODULES_BUILTIN = """kernel/drivers/usb/host/xhci-pci.ko
 kernel/drivers/ata/ahci.ko
 kernel/fs/ext4/ext4.ko
 """
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> Path:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return path
 
 
 def host_with(tmp_path: Path, release: str = RELEASE) -> Path:

@@ -15,16 +15,14 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import local
+from tests.support.hostfiles import put
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 D = LOCAL_FEATURES_DIR
 
 
-def put(root: Path, name: str, content: str | bytes, directory: str = D) -> Path:
-    path = root / directory.lstrip("/") / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return path
+def feature_file(root: Path, name: str, content: str | bytes, directory: str = D) -> Path:
+    return put(root, f"{directory}/{name}", content)
 
 
 def run(root: Path, config: local.Config | None = None):
@@ -32,8 +30,8 @@ def run(root: Path, config: local.Config | None = None):
 
 
 def test_site_file_with_directives(tmp_path):
-    put(tmp_path, "site-info", "# written by the rack provisioning job\nrack=r12\n# +no-label\ninventory-id=inv-0042\n"
-                               "example.com/maintenance-window=sunday\ngpu-burned-in\n")
+    feature_file(tmp_path, "site-info", "# written by the rack provisioning job\nrack=r12\n# +no-label\ninventory-id=inv-0042\n"
+                                        "example.com/maintenance-window=sunday\ngpu-burned-in\n")
     result = run(tmp_path)
     assert result.errors == ()
     assert result.labels == {NFD_PREFIX + "rack": "r12", "example.com/maintenance-window": "sunday",
@@ -47,52 +45,52 @@ def test_site_file_with_directives(tmp_path):
 
 
 def test_no_feature_applies_to_next_line_only(tmp_path):
-    put(tmp_path, "f", "# +no-feature\nlabel-only=1\nboth=2\n")
+    feature_file(tmp_path, "f", "# +no-feature\nlabel-only=1\nboth=2\n")
     result = run(tmp_path)
     assert dict(result.features["feature"].attributes) == {"both": "2"}
     assert dict(result.features["label"].attributes) == {"label-only": "1", "both": "2"}
 
 
 def test_expiry_until_next_directive(tmp_path):
-    put(tmp_path, "f", "# +expiry-time=2025-01-01T00:00:00Z\nold=1\nalso-old\n"
-                       "# +expiry-time=2030-01-01T00:00:00+02:00\nfresh=1\n")
+    feature_file(tmp_path, "f", "# +expiry-time=2025-01-01T00:00:00Z\nold=1\nalso-old\n"
+                                "# +expiry-time=2030-01-01T00:00:00+02:00\nfresh=1\n")
     result = run(tmp_path)
     assert result.errors == ()
     assert result.labels == {NFD_PREFIX + "fresh": "1"}
 
 
 def test_unknown_directive_is_reported_and_file_continues(tmp_path):
-    put(tmp_path, "f", "# +frobnicate\nok=1\n")
+    feature_file(tmp_path, "f", "# +frobnicate\nok=1\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "ok": "1"}
     assert [(e.path, "unknown directive" in e.message) for e in result.errors] == [(f"{D}/f:1", True)]
 
 
 def test_bad_expiry_time(tmp_path):
-    put(tmp_path, "f", "# +expiry-time=next tuesday\nok=1\n")
+    feature_file(tmp_path, "f", "# +expiry-time=next tuesday\nok=1\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "ok": "1"}
     assert result.errors[0].path == f"{D}/f:1" and "expiry-time" in result.errors[0].message
 
 
 def test_later_file_wins(tmp_path):
-    put(tmp_path, "10-defaults", "zone=a\nkeep=x\n")
-    put(tmp_path, "20-override", "zone=b\n")
+    feature_file(tmp_path, "10-defaults", "zone=a\nkeep=x\n")
+    feature_file(tmp_path, "20-override", "zone=b\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "zone": "b", NFD_PREFIX + "keep": "x"}
     assert result.label_origins[NFD_PREFIX + "zone"] == f"{D}/20-override"
 
 
 def test_hidden_and_directories_skipped(tmp_path):
-    put(tmp_path, ".hidden", "secret=1\n")
+    feature_file(tmp_path, ".hidden", "secret=1\n")
     (tmp_path / D.lstrip("/") / "subdir").mkdir()
-    put(tmp_path, "visible", "shown=1\n")
+    feature_file(tmp_path, "visible", "shown=1\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "shown": "1"} and result.errors == ()
 
 
 def test_configmap_style_symlinks_are_followed(tmp_path):
-    put(tmp_path, "features", "from-configmap=yes\n", directory=f"{D}/..2025_06_01_12_00_00.1")
+    feature_file(tmp_path, "features", "from-configmap=yes\n", directory=f"{D}/..2025_06_01_12_00_00.1")
     base = tmp_path / D.lstrip("/")
     os.symlink("..2025_06_01_12_00_00.1", base / "..data")
     os.symlink("..data/features", base / "features")
@@ -105,27 +103,27 @@ def test_missing_directory(tmp_path):
 
 
 def test_custom_directory(tmp_path):
-    put(tmp_path, "x", "custom=1\n", directory="/opt/features")
+    feature_file(tmp_path, "x", "custom=1\n", directory="/opt/features")
     assert run(tmp_path, local.Config(features_dir="/opt/features")).labels == {NFD_PREFIX + "custom": "1"}
 
 
 # -- hostile input -------------------------------------------------------------------------------
 def test_file_over_64k_is_skipped(tmp_path):
-    put(tmp_path, "big", "a=1\n" + "#" * 70000 + "\n")
-    put(tmp_path, "small", "b=2\n")
+    feature_file(tmp_path, "big", "a=1\n" + "#" * 70000 + "\n")
+    feature_file(tmp_path, "small", "b=2\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "b": "2"}
     assert result.errors[0].path == f"{D}/big" and "larger than 65536" in result.errors[0].message
 
 
 def test_binary_junk_is_skipped(tmp_path):
-    put(tmp_path, "core.1234", b"\x7fELF\x02\x01\x01\x00\x00\x00junk=1\n")
+    feature_file(tmp_path, "core.1234", b"\x7fELF\x02\x01\x01\x00\x00\x00junk=1\n")
     result = run(tmp_path)
     assert result.labels == {} and "binary" in result.errors[0].message
 
 
 def test_invalid_utf8_is_skipped(tmp_path):
-    put(tmp_path, "latin1", "caf\xe9=1\n".encode("latin-1"))
+    feature_file(tmp_path, "latin1", "caf\xe9=1\n".encode("latin-1"))
     assert "not UTF-8" in run(tmp_path).errors[0].message
 
 
@@ -137,14 +135,14 @@ def test_invalid_utf8_is_skipped(tmp_path):
     ("=novalue", "key"),
 ])
 def test_invalid_label_lines_reported_with_line_number(tmp_path, line, why):
-    put(tmp_path, "f", f"good=1\n{line}\n")
+    feature_file(tmp_path, "f", f"good=1\n{line}\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "good": "1"}
     assert result.errors[0].path == f"{D}/f:2" and "not a valid label" in result.errors[0].message
 
 
 def test_no_label_line_may_carry_a_non_label_value(tmp_path):
-    put(tmp_path, "f", "# +no-label\ninventory-note=bought in 2023, rack 12\n")
+    feature_file(tmp_path, "f", "# +no-label\ninventory-note=bought in 2023, rack 12\n")
     result = run(tmp_path)
     assert result.errors == () and result.labels == {}
     assert result.features["feature"].attributes["inventory-note"] == "bought in 2023, rack 12"
@@ -172,7 +170,7 @@ def test_not_rfc3339(text):
     st.text(max_size=80)), max_size=20))
 def test_any_feature_file_never_crashes_and_labels_are_valid(tmp_path_factory, lines):
     root = tmp_path_factory.mktemp("local")
-    put(root, "f", "\n".join(lines).encode("utf-8", "surrogatepass"))
+    feature_file(root, "f", "\n".join(lines).encode("utf-8", "surrogatepass"))
     result = run_source("local", HostFS(root), DiscoveryConfig())
     assert not [e for e in result.errors if "source failed" in e.message or "dropped" in e.message]
     for key, value in result.labels.items():
@@ -182,21 +180,21 @@ def test_any_feature_file_never_crashes_and_labels_are_valid(tmp_path_factory, l
 # -- NFD's parseFeatureFile, line by line (source/local/local.go) --------------------------------
 def test_no_label_deletes_the_earlier_label_of_the_same_file(tmp_path):
     """NFD ``delete(labels, key)``: the key stays a feature (new value), its label goes."""
-    put(tmp_path, "f", "foo=bar\n# +no-label\nfoo=baz\n")
+    feature_file(tmp_path, "f", "foo=bar\n# +no-label\nfoo=baz\n")
     result = run(tmp_path)
     assert result.labels == {} and dict(result.features["feature"].attributes) == {"foo": "baz"}
 
 
 def test_no_feature_deletes_the_earlier_feature_of_the_same_file(tmp_path):
-    put(tmp_path, "f", "foo=bar\n# +no-feature\nfoo=baz\n")
+    feature_file(tmp_path, "f", "foo=bar\n# +no-feature\nfoo=baz\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "foo": "baz"} and "feature" not in result.features
 
 
 def test_no_label_does_not_reach_into_an_earlier_file(tmp_path):
     """Files are parsed apart and merged by adding: only a later *value* overrides."""
-    put(tmp_path, "10-a", "foo=bar\n")
-    put(tmp_path, "20-b", "# +no-label\nfoo=baz\n")
+    feature_file(tmp_path, "10-a", "foo=bar\n")
+    feature_file(tmp_path, "20-b", "# +no-label\nfoo=baz\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "foo": "bar"}
     assert dict(result.features["feature"].attributes) == {"foo": "baz"}
@@ -204,15 +202,15 @@ def test_no_label_does_not_reach_into_an_earlier_file(tmp_path):
 
 def test_a_directive_above_an_expired_line_carries_to_the_next_live_line(tmp_path):
     """NFD skips an expired line before resetting the one-line directives."""
-    put(tmp_path, "f", "# +expiry-time=2020-01-01T00:00:00Z\n# +no-label\nold=1\n"
-                       "# +expiry-time=2099-01-01T00:00:00Z\nnew=1\nlater=1\n")
+    feature_file(tmp_path, "f", "# +expiry-time=2020-01-01T00:00:00Z\n# +no-label\nold=1\n"
+                                "# +expiry-time=2099-01-01T00:00:00Z\nnew=1\nlater=1\n")
     result = run(tmp_path)
     assert result.labels == {NFD_PREFIX + "later": "1"}
     assert dict(result.features["feature"].attributes) == {"new": "1", "later": "1"}
 
 
 def test_a_line_whose_label_would_be_invalid_keeps_its_feature(tmp_path):
-    put(tmp_path, "f", "ok=value with spaces\n")
+    feature_file(tmp_path, "f", "ok=value with spaces\n")
     result = run(tmp_path)
     assert result.labels == {} and dict(result.features["feature"].attributes) == {"ok": "value with spaces"}
     assert [e.path for e in result.errors] == [f"{D}/f:1"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,23 +12,11 @@ from agent.discovery import DiscoveryConfig, run_source
 from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.sources import memory
+from tests.support.hostfiles import link, put
 
 P = NFD_PREFIX + "memory-"
 SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 MEMINFO = "MemTotal:       527958944 kB\nMemFree:        512345600 kB\nHugePages_Total:    2048\n"
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> Path:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return path
-
-
-def link(root: Path, host_path: str, target: str) -> None:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(target, path)
 
 
 def numa_nodes(root: Path, count: int) -> None:

@@ -16,20 +16,9 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFileError, HostFS
 from agent.sources import network
 from tests.host_faults import fail_reads
+from tests.support.hostfiles import link, put
 
 N = NFD_PREFIX + "network-"
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> None:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-
-
-def link(root: Path, host_path: str, host_target: str) -> None:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(host_target, os.path.dirname(host_path)), path)
 
 
 def netdev(root: Path, name: str, parent: str | None, *, operstate="up", speed: str | None = "100000", mtu="1500",

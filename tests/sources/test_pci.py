@@ -4,7 +4,6 @@ attributes, on host trees shaped like real sysfs (bus entries are relative links
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,22 +18,9 @@ from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import pci
 from agent.sources._sysfs import MalformedId, hex_digits
+from tests.support.hostfiles import link, put
 
 P = NFD_PREFIX + "pci-"
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> Path:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return path
-
-
-def link(root: Path, host_path: str, host_target: str) -> None:
-    """A relative symlink at ``host_path`` to ``host_target``, as sysfs makes them."""
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(host_target, os.path.dirname(host_path)), path)
 
 
 def pci_function(root: Path, address: str, vendor: str, device: str, cls: str, sub_vendor: str, sub_device: str, *,

@@ -14,6 +14,7 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import system
+from tests.support.hostfiles import put
 
 P = NFD_PREFIX + "system-os_release."
 
@@ -63,13 +64,6 @@ SUPERMICRO_DMI = {
     "product_name": "SYS-221H-TNR", "product_sku": "To be filled by O.E.M.", "product_version": "0123456789",
     "sys_vendor": "Supermicro",
 }
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> Path:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return path
 
 
 def run(root: Path, node_name: str = "node-a"):

@@ -3,7 +3,6 @@ usb-<devlabel>.present labels, on trees shaped like real sysfs."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,21 +16,10 @@ from agent.features import NFD_PREFIX
 from agent.hostfs import HostFS
 from agent.k8s_validation import label_value_errors, qualified_name_errors
 from agent.sources import usb
+from tests.support.hostfiles import link, put
 
 U = NFD_PREFIX + "usb-"
 XHCI = "/sys/devices/pci0000:00/0000:00:14.0"
-
-
-def put(root: Path, host_path: str, content: str | bytes) -> None:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-
-
-def link(root: Path, host_path: str, host_target: str) -> None:
-    path = root / host_path.lstrip("/")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(host_target, os.path.dirname(host_path)), path)
 
 
 def usb_device(root: Path, name: str, parent: str, vendor: str, product: str, device_class: str | None, *,
