@@ -16,6 +16,8 @@ from agent.features import NFD_PREFIX
 from agent.k8s_validation import label_namespace
 from agent.rules.model import RuleOptions
 
+DEFAULT_NAMESPACE = NFD_PREFIX.rstrip("/")
+
 _RESERVED = ("kubernetes.io", "k8s.io")
 _ALLOWED_RESERVED = ("feature.node.kubernetes.io", "profile.node.kubernetes.io")
 _NEVER = ("node-restriction.kubernetes.io",)
