@@ -14,6 +14,7 @@ import sys
 from typing import NoReturn
 
 from agent import __version__
+from agent.kube.connect import ClientConfigError
 from agent.logs import setup_logging
 from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(args)
         return int(args._run(args) or 0)
-    except ConfigurationError as exc:
+    except (ConfigurationError, ClientConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

@@ -76,6 +76,31 @@ def cases(paths: dict[str, str]) -> list[Case]:
         Case("clean-garbage-kubeconfig", ("clean", "--kubeconfig", p["garbage"], "--node-name", NODE), needle="configuration"),
         Case("apply-no-incluster", ("apply", *good, "--node-name", NODE), needle="configuration",
              env=(("KUBECONFIG", ""), ("KUBERNETES_SERVICE_HOST", ""))),
+        Case("apply-no-current-context", ("apply", *good, "--kubeconfig", p["no_context"], "--node-name", NODE),
+             needle="current-context"),
+        Case("run-missing-kubeconfig", ("run", *good, "--kubeconfig", "/nonexistent-kubeconfig", "--node-name", NODE),
+             needle="no such file"),
+        Case("run-no-current-context", ("run", *good, "--kubeconfig", p["no_context"], "--node-name", NODE),
+             needle="current-context"),
+        Case("clean-missing-kubeconfig", ("clean", "--kubeconfig", "/nonexistent-kubeconfig", "--node-name", NODE),
+             needle="no such file"),
+        Case("clean-pods-garbage-kubeconfig", ("clean", "--pods", "--kubeconfig", p["garbage"]), needle="configuration"),
+        Case("clean-pods-missing-kubeconfig", ("clean", "--pods", "--kubeconfig", "/nonexistent-kubeconfig"),
+             needle="no such file"),
+        Case("clean-pods-no-current-context", ("clean", "--pods", "--kubeconfig", p["no_context"]),
+             needle="current-context"),
+        Case("placement-garbage-kubeconfig", ("placement", "--kubeconfig", p["garbage"], "--metrics-port", "off"),
+             needle="configuration"),
+        Case("placement-binary-kubeconfig", ("placement", "--kubeconfig", p["binary"], "--metrics-port", "off"),
+             needle="configuration"),
+        Case("placement-missing-kubeconfig", ("placement", "--kubeconfig", "/nonexistent-kubeconfig",
+                                              "--metrics-port", "off"), needle="no such file"),
+        Case("placement-no-current-context", ("placement", "--kubeconfig", p["no_context"], "--metrics-port", "off"),
+             needle="current-context"),
+        Case("placement-no-incluster", ("placement", "--metrics-port", "off"), needle="in-cluster",
+             env=(("KUBECONFIG", ""), ("KUBERNETES_SERVICE_HOST", ""))),
+        Case("plan-garbage-kubeconfig", ("plan", *good, "--kubeconfig", p["garbage"]), needle="configuration"),
+        Case("plan-no-current-context", ("plan", *good, "--kubeconfig", p["no_context"]), needle="current-context"),
         Case("apply-no-node-name", ("apply", *good, "--kubeconfig", p["kubeconfig"]), needle="node name", env=(("NODE_NAME", ""),)),
         Case("run-no-node-name", ("run", *good, "--kubeconfig", p["kubeconfig"]), needle="node name", env=(("NODE_NAME", ""),)),
         # numbers and choices
@@ -115,7 +140,7 @@ CASE_NAMES = [case.name for case in cases(collections.defaultdict(str))]
 def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("misuse")
     paths = {name: str(base / name) for name in ("file", "empty", "only_sys", "garbage", "binary", "out", "missing_json",
-                                                 "typo_rules")}
+                                                 "typo_rules", "no_context")}
     (base / "typo_rules").mkdir()
     (base / "typo_rules" / "coral.yaml").write_text(
         "apiVersion: nfd.k8s-sigs.io/v1alpha1\nkind: NodeFeatureRule\nmetadata: {name: coral}\nspec:\n  rules:\n"
@@ -126,6 +151,10 @@ def world(tmp_path_factory):
     (base / "only_sys" / "sys").mkdir(parents=True)
     (base / "garbage").write_text("::: this [is not yaml\n\tat all")
     (base / "binary").write_bytes(bytes(range(256)) * 4)
+    # a well-formed kubeconfig naming no current context (kubectl: "current-context is not set")
+    (base / "no_context").write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
     paths["missing_json"] = str(base / "labels-that-do-not-exist.json")
     with FakeApiServer() as server:
         server.add_node(NODE, labels=dict(LABELS), annotations=dict(ANNOTATIONS),

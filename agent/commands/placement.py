@@ -76,8 +76,9 @@ def _resolver(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agent.kube.connect import api_client
     from agent.placement.controller import Controller, ControllerConfig
-    from agent.placement.kube import connect
+    from agent.placement.kube import PlacementApi
     from agent.placement.lease import LeaderElector
     from agent.placement.metrics import PlacementMetrics
     from agent.placement.policy import Bounds
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.webhook_port is not None and not (args.tls_cert_file and args.tls_key_file):
         log.error("--webhook-port needs --tls-cert-file and --tls-key-file")
         return 2
-    api = connect(args.kubeconfig or None)
+    api = PlacementApi(api_client(args.kubeconfig or None))
     resolver = _resolver(args)
     metrics = PlacementMetrics(resolver.counters)
     elector = None

@@ -28,8 +28,10 @@ from agent.config import (
     add_policy_arguments,
     discovery_config,
     non_negative_float,
+    parse_startup_taints,
     positive_float,
     positive_int,
+    require_node_name,
     rule_options,
     rules_dirs,
     selected_sources,
@@ -111,7 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from agent.commands.apply import parse_startup_taints
     from agent.runtime.agent import Settings
 
     if args.evict_orphans and not args.pod_guard:
@@ -131,13 +132,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.apply import connect
+    from agent.kube.connect import api_client
+    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.reconcile.node_api import NodeApi
     from agent.runtime.agent import Agent
     from agent.runtime.heap import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts (agent.runtime.heap)
     settings = settings_from_args(args)
-    api = connect(args)
+    require_node_name(args)
+    api = NodeApi(LightCoreV1Api(api_client(args.kubeconfig or None)))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
