@@ -35,6 +35,7 @@ from agent.config import (
     rule_options,
     rules_dirs,
     selected_sources,
+    worker_config,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         node_name=args.node_name, rules_dirs=rules_dirs(args), host_root=args.host_root,
         sources=selected_sources(args), discovery_config=discovery_config(args), rule_options=rule_options(args),
-        config_path=args.config or "", sources_from_flag=args.sources is not None,
+        config_path=args.config or "", worker_config=worker_config(args), sources_from_flag=args.sources is not None,
         resync_interval=args.resync_interval, startup_jitter=args.startup_jitter, debounce=max(0.0, args.debounce),
         debounce_max=max(args.debounce, args.debounce_max), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
         startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,

@@ -269,7 +269,7 @@ class Agent:
         if not self.settings.config_path:
             return None
         return WorkerConfigState(self.settings.config_path, self.settings.node_name,
-                                 on_rejected=self._config_rejected)
+                                 on_rejected=self._config_rejected, initial=self.settings.worker_config)
 
     def _config_edited(self) -> None:
         """As ``_rules_edited``, for the --config file: an accepted edit queues a full
