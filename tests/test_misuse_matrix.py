@@ -470,3 +470,91 @@ def test_apply_on_a_host_it_cannot_read_leaves_the_node_as_it_was(tmp_path, stat
         assert result.returncode == 0 and "Traceback" not in result.stderr, (state, result.stderr[-2000:])
         assert server.node(NODE) == labelled, f"{state} changed the Node"
         assert [e for e in server.events() if e["reason"] == "DiscoveryReadFailed" and e["type"] == "Warning"]
+
+
+def _log_records(log_path) -> list[dict]:
+    import json
+
+    records = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def _signal_records(log_path) -> list[str]:
+    return [str(r.get("msg") or r.get("message") or "") for r in _log_records(log_path) if r.get("event") == "signal"]
+
+
+def _wait(predicate, proc, log_path, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"{what}: the process ended ({proc.returncode}): {log_path.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{what}: {log_path.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_run_ignores_sigusr_and_resyncs_on_sighup(tmp_path):
+    """SIGUSR1/SIGUSR2 ended the agent (their default action) with no word in the docs. Now a
+    real ``run``: both are logged and ignored, SIGHUP re-reads rules and --config and runs a
+    resync at once (the periodic one is an hour away here), and SIGTERM still exits 0."""
+    log_path = tmp_path / "agent.log"
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+        env = {k: v for k, v in os.environ.items() if k != "NODE_FEATURE_AGENT_RULES"}
+        env["PYTHONPATH"] = str(REPO)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--log-format", "json", "run", "--host-root", CORAL,
+                 "--rules", str(LABELS_DIR), "--kubeconfig", str(kubeconfig), "--node-name", NODE,
+                 "--metrics-port", "off", "--udev-mode", "off", "--startup-jitter", "0", "--resync-interval", "3600"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait(lambda: (server.node(NODE)["metadata"].get("labels") or {}).get("accelerators/edgetpu"), proc,
+                  log_path, "labelled")
+            assert _resync_passes(log_path) == 0
+            proc.send_signal(signal.SIGUSR1)
+            _wait(lambda: len(_signal_records(log_path)) == 1, proc, log_path, "SIGUSR1 logged")
+            proc.send_signal(signal.SIGUSR2)
+            _wait(lambda: len(_signal_records(log_path)) == 2, proc, log_path, "SIGUSR2 logged")
+            assert all("ignored" in text for text in _signal_records(log_path))
+            proc.send_signal(signal.SIGHUP)
+            _wait(lambda: _resync_passes(log_path) == 1, proc, log_path, "a resync after SIGHUP")
+            assert "re-reading rules and configuration" in _signal_records(log_path)[2]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_placement_ignores_sighup_and_sigusr(tmp_path):
+    """The placement controller as a process: SIGHUP, SIGUSR1 and SIGUSR2 are logged and
+    ignored (it has nothing to re-read), SIGTERM still stops it with exit 0."""
+    log_path = tmp_path / "placement.log"
+    with FakeApiServer() as server:
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--log-format", "json", "placement", "--kubeconfig", str(kubeconfig),
+                 "--metrics-port", "off", "--leader-elect", "off"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait(lambda: any(r.get("event") == "started" for r in _log_records(log_path)), proc, log_path, "started")
+            for count, sig in enumerate((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), start=1):
+                proc.send_signal(sig)
+                _wait(lambda count=count: len(_signal_records(log_path)) == count, proc, log_path, f"{sig.name} logged")
+            assert all("ignored" in text for text in _signal_records(log_path))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in log_path.read_text()

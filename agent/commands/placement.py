@@ -6,6 +6,8 @@ gate; see ``agent/placement/controller.py``. Leader election on a Lease lets two
 (one acts). Optionally serves the mutating admission webhook for clusters without
 MutatingAdmissionPolicy (``--webhook-port`` with a TLS certificate). Serves /metrics,
 /healthz and /readyz on ``--metrics-port``. SIGTERM/SIGINT: hand the Lease back, stop, exit 0.
+SIGHUP, SIGUSR1, SIGUSR2: logged and ignored (nothing to re-read: the webhook's certificate is
+reloaded when it changes; their default action would end the controller).
 Exit status: 1 setup failed (port in use, unreadable certificate, no cluster), 2 bad usage.
 """
 
@@ -112,7 +114,12 @@ def run(args: argparse.Namespace) -> int:
             server.stop()
         return 1
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def ignored(signum: int, _frame: object) -> None:
+        log.info("received %s: ignored (SIGTERM stops)", signal.Signals(signum).name, extra={"event": "signal"})
+
+    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: lambda *_: stop.set(), signal.SIGINT: lambda *_: stop.set(),
+                                           signal.SIGHUP: ignored, signal.SIGUSR1: ignored, signal.SIGUSR2: ignored}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     controller.start()
     if elector is not None:
         elector.start(controller.leadership)

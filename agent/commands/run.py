@@ -5,6 +5,8 @@ a rule file edit, a change to this Node (someone removed our label, a dependency
 appeared) or the jittered resync asks for it. Serves /metrics, /healthz and /readyz on
 ``--metrics-port``. SIGTERM/SIGINT: stop taking triggers, give an in-flight write what is left of 0.8 s (then
 abandon it), stop every thread, exit 0 within a second; labels stay (``clean`` removes).
+SIGHUP: re-read the rules and ``--config`` and resync now (a daemon's reload; edits are picked up
+without it too). SIGUSR1/SIGUSR2: logged and ignored (their default action would end the agent).
 
 ``--udev-mode inject:<socket>`` is a test/debug interface: the agent binds a unix datagram
 socket there and takes kernel-format uevents from it exactly as from the netlink monitor.
@@ -149,7 +151,21 @@ def run(args: argparse.Namespace) -> int:
         log.info("received %s, shutting down", signal.Signals(signum).name, extra={"event": "signal"})
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    agent: Agent | None = None
+
+    def on_reload(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: re-reading rules and configuration, resyncing", signal.Signals(signum).name,
+                 extra={"event": "signal"})
+        if agent is not None:
+            agent.resync()
+
+    def on_ignored(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: ignored (SIGHUP reloads, SIGTERM stops)", signal.Signals(signum).name,
+                 extra={"event": "signal"})
+
+    handlers = {signal.SIGTERM: on_signal, signal.SIGINT: on_signal, signal.SIGHUP: on_reload,
+                signal.SIGUSR1: on_ignored, signal.SIGUSR2: on_ignored}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         try:
             agent = Agent(settings, api)

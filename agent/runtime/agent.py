@@ -186,6 +186,11 @@ class Agent:
         log.info("agent stopped", extra={"node": self.settings.node_name, "event": "stopped"})
         return finished
 
+    def resync(self) -> None:
+        """A full pass now, as the periodic resync: rules and ``--config`` re-read, every source
+        rediscovered, the Node reconciled (``run``'s SIGHUP)."""
+        self.queue.put(q.RESYNC, sources=None)
+
     def _sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
             raise Stopping()
