@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hard bound on a pod's time gated, counted from its creation")
     parser.add_argument("--watchdog-interval", type=positive_float, default=30.0, metavar="SECONDS")
     parser.add_argument("--insecure-registry", action="append", default=[], metavar="HOST[:PORT]",
-                        help="reach this registry over plain HTTP (repeatable)")
+                        help="reach this registry over plain HTTP; matched whole against the image's registry as "
+                             "Docker's insecure-registries are, so a registry on a port needs HOST:PORT (repeatable)")
     parser.add_argument("--registry-ca-file", default="", help="PEM bundle trusted for registries instead of the system's")
     parser.add_argument("--tag-ttl", type=positive_float, default=60.0, metavar="SECONDS",
                         help="how long a tag's digest is trusted (0 for imagePullPolicy: Always)")
