@@ -115,7 +115,8 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(ENV_CONFIG, ""),
         help="NFD worker configuration (nfd-worker.conf format: core.labelWhiteList, core.featureSources, "
         "core.labelSources, sources.<name>...; our additions under nodeFeatureAgent:); "
-        "default: $NODE_FEATURE_AGENT_CONFIG, else NFD's defaults. Edits are picked up by `run` without a restart",
+        "default: $NODE_FEATURE_AGENT_CONFIG, else none (NFD's built-in settings). Edits are picked up by `run` "
+        "without a restart",
     )
 
 

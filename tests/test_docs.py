@@ -228,3 +228,55 @@ def test_uninstall_order_check_can_fail():
     reordered = body[: block.start(1)] + "\n".join(moved) + "\n" + body[block.end(1):]
     assert any("deleted after `kubectl delete -f daemonset.yaml`" in p for p in uninstall_order_problems(reordered))
     assert uninstall_order_problems(body.replace("cluster-wide", "global")) != []
+
+
+def rendered_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """One flag's help as ``--help`` prints it (the command's own formatter)."""
+    return parser._get_formatter()._expand_help(action) if action.help else ""
+
+
+def every_flag() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:
+    parser = build_parser()
+    commands = [("node-feature-agent", parser)] + [(name, sub) for name, sub in subparsers().items()]
+    return [(name, command, action) for name, command in commands for action in command._actions
+            if action.help != argparse.SUPPRESS and action.option_strings and "--help" not in action.option_strings
+            and "--version" not in action.option_strings]
+
+
+def test_every_flag_has_help_and_states_its_default_once():
+    """Flags whose help already said "(default: $NODE_NAME)" printed the default a second time,
+    and some had no help at all; a default that says nothing (unset, off) is not printed."""
+    problems = []
+    for name, command, action in every_flag():
+        text = rendered_help(command, action)
+        flag = f"{name} {action.option_strings[-1]}"
+        if not text.strip():
+            problems.append(f"{flag}: no help")
+        if text.lower().count("default") > 1:
+            problems.append(f"{flag}: the default twice: {text}")
+        for noise in ("(default: None)", "(default: False)", "(default: [])", "(default: )"):
+            if noise in text:
+                problems.append(f"{flag}: {noise}")
+    assert problems == []
+
+
+def test_help_of_every_command_prints_in_a_process():
+    """``--help`` of each command, as a process: exit 0, the flags listed, no unexpanded
+    placeholder, no default printed twice on one line (the per-flag check above, end to end)."""
+    import os
+    import sys
+
+    for name in ["", *subparsers()]:
+        argv = [sys.executable, "-m", "agent", *([name] if name else []), "--help"]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "400"})
+        assert done.returncode == 0 and done.stderr == "", (name, done.stderr)
+        assert "%(" not in done.stdout and "(default: None)" not in done.stdout, name
+        doubled = [line for line in done.stdout.splitlines() if line.lower().count("default") > 1]
+        assert doubled == [], (name, doubled)
+
+
+def test_tag_ttl_help_and_parser_agree_on_zero():
+    (action,) = [a for _, command, a in every_flag() if command.prog.endswith("placement") and "--tag-ttl" in a.option_strings]
+    assert "0: ask every time" in rendered_help(subparsers()["placement"], action)
+    assert build_parser().parse_args(["placement", "--tag-ttl", "0"]).tag_ttl == 0.0

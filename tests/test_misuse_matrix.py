@@ -117,6 +117,7 @@ def cases(paths: dict[str, str]) -> list[Case]:
         Case("run-evict-without-guard", ("run", *good, *k, "--evict-orphans"), needle="--pod-guard"),
         Case("run-bad-startup-taint", ("run", *good, *k, "--startup-taint", "x:Sometimes"), needle="taint"),
         Case("apply-bad-startup-taint", ("apply", *good, *k, "--startup-taint", "no-effect"), needle="taint"),
+        Case("placement-negative-tag-ttl", ("placement", "--tag-ttl", "-1"), needle="--tag-ttl"),
         Case("discover-unknown-source", ("discover", *good, "--sources", "pci,floppy"), needle="floppy"),
         Case("discover-empty-sources", ("discover", *good, "--sources", ","), needle="--sources"),
         Case("discover-bad-format", ("discover", *good, "--format", "xml"), needle="--format"),

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ca-file", metavar="FILE", help="PEM CA bundle trusted for HTTPS registries instead of the system's")
     parser.add_argument("--pull-always", action="store_true", help="as for imagePullPolicy: Always (no cached tag)")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds for the whole lookup, retries included")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def run(args: argparse.Namespace) -> int:

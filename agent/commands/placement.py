@@ -21,7 +21,7 @@ import socket
 import threading
 from typing import Any
 
-from agent.config import positive_float, positive_int
+from agent.config import non_negative_float, positive_float, positive_int
 
 HELP = "run the architecture-aware placement controller (removes the arch scheduling gate from pods)"
 
@@ -39,15 +39,18 @@ def _port(text: str) -> int | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="kubeconfig file (default: in-cluster)")
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""),
+                        help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
     parser.add_argument("--namespace", default=env("POD_NAMESPACE", "node-feature-agent"),
                         help="the controller's own namespace: its Lease lives there and its pods are never gated")
     parser.add_argument("--identity", default=env("POD_NAME", socket.gethostname()),
                         help="leader-election identity (the pod name)")
     parser.add_argument("--leader-elect", choices=("on", "off"), default="on",
                         help="take the Lease before acting (off: this replica always acts; run one replica only)")
-    parser.add_argument("--lease-name", default="node-feature-agent-placement")
-    parser.add_argument("--lease-duration", type=positive_float, default=15.0, metavar="SECONDS")
+    parser.add_argument("--lease-name", default="node-feature-agent-placement",
+                        help="the leader-election Lease, in --namespace")
+    parser.add_argument("--lease-duration", type=positive_float, default=15.0, metavar="SECONDS",
+                        help="how long a Lease holds without renewal; the leader stops acting after 2/3 of it unrenewed")
     parser.add_argument("--workers", type=positive_int, default=8, help="pods resolved at once")
     parser.add_argument("--taint-mode", action="store_true",
                         help="also tolerate node-feature-agent.io/arch=<arch>:NoSchedule for each allowed architecture")
@@ -55,19 +58,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long transient registry failures are retried before on-error applies")
     parser.add_argument("--gate-deadline", type=positive_float, default=600.0, metavar="SECONDS",
                         help="hard bound on a pod's time gated, counted from its creation")
-    parser.add_argument("--watchdog-interval", type=positive_float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--watchdog-interval", type=positive_float, default=30.0, metavar="SECONDS",
+                        help="how often every gated pod is checked against --gate-deadline")
     parser.add_argument("--insecure-registry", action="append", default=[], metavar="HOST[:PORT]",
                         help="reach this registry over plain HTTP; matched whole against the image's registry as "
                              "Docker's insecure-registries are, so a registry on a port needs HOST:PORT (repeatable)")
     parser.add_argument("--registry-ca-file", default="", help="PEM bundle trusted for registries instead of the system's")
-    parser.add_argument("--tag-ttl", type=positive_float, default=60.0, metavar="SECONDS",
-                        help="how long a tag's digest is trusted (0 for imagePullPolicy: Always)")
+    parser.add_argument("--tag-ttl", type=non_negative_float, default=60.0, metavar="SECONDS",
+                        help="how long a tag's digest is reused before the registry is asked again (0: ask every "
+                             "time; pods with imagePullPolicy: Always are asked every time whatever this is)")
     parser.add_argument("--registry-qps", type=positive_float, default=10.0, help="requests per second per registry")
-    parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT")
+    parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
+                        help="port for /metrics, /healthz, /readyz (0: any free port, off: no server)")
     parser.add_argument("--webhook-port", type=_port, default=None, metavar="PORT",
                         help="serve the mutating admission webhook on this port (needs --tls-cert-file/--tls-key-file)")
-    parser.add_argument("--tls-cert-file", default="")
-    parser.add_argument("--tls-key-file", default="")
+    parser.add_argument("--tls-cert-file", default="", metavar="FILE",
+                        help="the webhook's PEM certificate (re-read when it changes)")
+    parser.add_argument("--tls-key-file", default="", metavar="FILE", help="the webhook's PEM private key")
 
 
 def _resolver(args: argparse.Namespace) -> Any:

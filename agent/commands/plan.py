@@ -53,7 +53,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
-    parser.add_argument("--format", choices=("json", "table"), default="json")
+    parser.add_argument("--format", choices=("json", "table"), default="json", help="output format")
     parser.add_argument("--device-plugin", choices=("on", "off"), default="off",
                         help="on: show what run --device-plugin=on would serve to kubelet (devices, /dev nodes)")
 
