@@ -9,6 +9,7 @@ inside ``run`` so ``discover`` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from typing import NoReturn
@@ -16,7 +17,7 @@ from typing import NoReturn
 from agent import __version__
 from agent.kube.connect import ClientConfigError
 from agent.logs import setup_logging
-from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args
+from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args, replay_archive
 
 COMMANDS = ("discover", "plan", "explain", "explain-image", "validate", "apply", "clean", "run", "snapshot", "placement")
 
@@ -71,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     try:
-        check_args(args)
-        return int(args._run(args) or 0)
+        with contextlib.ExitStack() as stack:
+            replay_archive(args, stack)
+            check_args(args)
+            return int(args._run(args) or 0)
     except (ConfigurationError, ClientConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
