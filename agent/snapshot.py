@@ -363,10 +363,10 @@ def extract_snapshot(archive: str | os.PathLike[str], into: str | os.PathLike[st
             yield member
 
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with tarfile.open(archive, "r:gz") as tar:  # what take_snapshot writes
             tar.extractall(into, members=bounded(tar), filter=_replay_filter)
     except tarfile.FilterError as exc:
         raise SnapshotError(f"{os.fspath(archive)}: refused: {exc}") from exc
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise SnapshotError(f"{os.fspath(archive)}: not a readable snapshot archive: "
-                            f"{getattr(exc, 'strerror', None) or exc}") from exc
+        reason = " ".join(str(getattr(exc, "strerror", None) or exc).split())[:300]
+        raise SnapshotError(f"{os.fspath(archive)}: not a readable snapshot archive: {reason}") from exc

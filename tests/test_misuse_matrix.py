@@ -4,6 +4,31 @@ Each case runs the real CLI as a process and asserts: the exit code, exactly one
 stderr naming the problem, no traceback, and — for the commands that talk to a cluster — a
 Node on the in-repo API server left exactly as it was (same object, same resourceVersion).
 A wrong flag must never strip a Node.
+
+Operator paths tested elsewhere, each as the real process (or the chart's real engine):
+
+=================================================  ===========================================================
+case                                               test
+=================================================  ===========================================================
+bad kubeconfig (missing, garbage, binary, no       the ``*-kubeconfig``, ``*-current-context``, ``*-incluster``
+current context, no service account), every        cases below (apply, run, clean, clean --pods, plan,
+command                                            placement)
+SIGHUP / SIGUSR1 / SIGUSR2 to ``run``              test_run_ignores_sigusr_and_resyncs_on_sighup (below)
+SIGHUP / SIGUSR1 / SIGUSR2 to ``placement``        test_placement_ignores_sighup_and_sigusr (below)
+device plugin socket under umask 000               deviceplugin/test_socket_mode::test_plugin_sockets_are_0600_under_umask_000
+explain-image against a plain-HTTP registry        images/test_explain_image::test_a_plain_http_registry_without_the_flag_says_which_flag
+``--insecure-registry HOST`` for ``HOST:PORT``     images/test_explain_image::test_insecure_registry_without_the_port_is_named_as_the_miss
+``discover --host-root X.tar.gz`` (snapshot)       test_snapshot::test_cli_writes_a_snapshot_that_discover_replays
+hostile or oversized snapshot archive              test_snapshot::test_a_hostile_archive_is_refused_in_one_line_and_nothing_escapes,
+                                                   test_snapshot::test_archive_bounds_stop_unpacking, ``discover-archive-*`` below
+flags printing their default twice, no help        test_docs::test_every_flag_has_help_and_states_its_default_once,
+                                                   test_docs::test_help_of_every_command_prints_in_a_process
+``--tag-ttl 0``                                    test_docs::test_tag_ttl_help_and_parser_agree_on_zero, ``placement-negative-tag-ttl``
+Warning Events logged at info (placement)          placement/test_controller::test_the_pod_s_own_choice_is_kept_and_a_conflict_is_said
+Uninstall leaves the gating policy behind          test_docs::test_uninstall_removes_placement_admission_first_and_says_why
+chart admission vs the cluster's version           test_helm_chart::test_placement_admission_follows_the_cluster_s_version,
+                                                   test_helm_chart::test_an_admission_form_the_cluster_cannot_serve_is_refused_at_install
+=================================================  ===========================================================
 """
 
 from __future__ import annotations
@@ -117,6 +142,11 @@ def cases(paths: dict[str, str]) -> list[Case]:
         Case("run-evict-without-guard", ("run", *good, *k, "--evict-orphans"), needle="--pod-guard"),
         Case("run-bad-startup-taint", ("run", *good, *k, "--startup-taint", "x:Sometimes"), needle="taint"),
         Case("apply-bad-startup-taint", ("apply", *good, *k, "--startup-taint", "no-effect"), needle="taint"),
+        # snapshot archives as --host-root: replayed by the read-only commands only, hostile ones refused
+        Case("apply-host-root-archive", ("apply", "--host-root", p["snapshot_tar"], *k), needle="only discover"),
+        Case("run-host-root-archive", ("run", "--host-root", p["snapshot_tar"], *k), needle="only discover"),
+        Case("discover-archive-dotdot", ("discover", "--host-root", p["dotdot_tar"]), needle="refused"),
+        Case("discover-archive-garbage", ("discover", "--host-root", p["garbage_tar"]), needle="not a readable"),
         Case("placement-negative-tag-ttl", ("placement", "--tag-ttl", "-1"), needle="--tag-ttl"),
         Case("discover-unknown-source", ("discover", *good, "--sources", "pci,floppy"), needle="floppy"),
         Case("discover-empty-sources", ("discover", *good, "--sources", ","), needle="--sources"),
@@ -152,6 +182,17 @@ def world(tmp_path_factory):
     (base / "only_sys" / "sys").mkdir(parents=True)
     (base / "garbage").write_text("::: this [is not yaml\n\tat all")
     (base / "binary").write_bytes(bytes(range(256)) * 4)
+    import io
+    import tarfile
+
+    for name, member in (("snapshot_tar", "sys"), ("dotdot_tar", "../escaped")):
+        paths[name] = str(base / f"{name}.tar.gz")
+        with tarfile.open(paths[name], "w:gz") as tar:
+            info = tarfile.TarInfo(member)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    paths["garbage_tar"] = str(base / "garbage.tgz")
+    (base / "garbage.tgz").write_bytes(b"\x1f\x8b" + bytes(range(256)))
     # a well-formed kubeconfig naming no current context (kubectl: "current-context is not set")
     (base / "no_context").write_text(
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
