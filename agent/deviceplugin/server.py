@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 
@@ -126,6 +127,30 @@ kubelet.sock plainly (kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1/ser
 ``os.MkdirAll(s.socketDir, 0750)``, ``net.Listen("unix", ...)``), so nothing else needs in."""
 
 
+STAGING_PREFIX = ".nfa-"
+STALE_STAGING = 60.0
+"""A staging directory older than this (seconds) was left by a process killed mid-bind."""
+
+
+def remove_stale_staging(directory: str) -> None:
+    """Remove staging directories a killed process left (kubelet's start-up keeps directories:
+    pkg/kubelet/cm/devicemanager/manager.go ``CleanupPluginDirectory``)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if name.startswith(STAGING_PREFIX) and now - os.lstat(path).st_mtime > STALE_STAGING:
+                for entry in os.listdir(path):
+                    os.unlink(os.path.join(path, entry))
+                os.rmdir(path)
+        except OSError:
+            continue
+
+
 def listen_private(server: grpc.Server, path: str) -> None:
     """Have ``server`` listen on a unix socket at ``path`` with mode :data:`SOCKET_MODE`.
 
@@ -133,7 +158,7 @@ def listen_private(server: grpc.Server, path: str) -> None:
     renamed into place: ``path`` never exists with the umask's mode (under umask 000 a plain
     bind makes it 0777, and gRPC listens as soon as it binds, before any chmod could run).
     The socket keeps working under its new name (a unix socket is found by its inode)."""
-    private = tempfile.mkdtemp(prefix=".nfa-", dir=os.path.dirname(path) or ".")
+    private = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=os.path.dirname(path) or ".")
     staged = os.path.join(private, "s")
     try:
         if server.add_insecure_port(f"unix://{staged}") == 0:

@@ -21,6 +21,11 @@ from tests.support.apiserver import FakeApiServer
 
 def test_plugin_sockets_are_0600_under_umask_000(tmp_path, socket_dir, kubelet):
     host = CoralHost(tmp_path, "edge-ai")
+    # a staging directory a killed agent left mid-bind (kubelet's start-up keeps directories)
+    leftover = os.path.join(socket_dir, ".nfa-leftover")
+    os.mkdir(leftover)
+    open(os.path.join(leftover, "s"), "w").close()
+    os.utime(leftover, (1, 1))
     with FakeApiServer() as server:
         server.add_node(NODE)
         kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
@@ -41,7 +46,7 @@ def test_plugin_sockets_are_0600_under_umask_000(tmp_path, socket_dir, kubelet):
             for endpoint in endpoints:
                 mode = os.stat(os.path.join(socket_dir, endpoint)).st_mode
                 assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600, (endpoint, oct(mode))
-            # the staging directories the sockets were bound in are gone
+            # the staging directories the sockets were bound in are gone, the leftover too
             assert sorted(os.listdir(socket_dir)) == sorted(endpoints | {"kubelet.sock"})
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=15) == 0
