@@ -9,13 +9,15 @@ inside ``run`` so ``discover`` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from typing import NoReturn
 
 from agent import __version__
+from agent.kube.connect import ClientConfigError
 from agent.logs import setup_logging
-from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args
+from agent.preflight import EXIT_CONFIG, ConfigurationError, check_args, replay_archive
 
 COMMANDS = ("discover", "plan", "explain", "explain-image", "validate", "apply", "clean", "run", "snapshot", "placement")
 
@@ -28,15 +30,27 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see --help)\n")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's help ends with ``(default: X)``, once: not when the help already states its
+    default (``default: $NODE_NAME``), nor when the default says nothing (unset, off, empty)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, "", []) or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action) or text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="node-feature-agent",
         description="Discover this node's hardware, map it to generalized labels and extended resources, and keep its Node object in step.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--log-format", choices=("auto", "json", "text"), default="auto", help="log format (auto: text on a terminal, JSON otherwise)")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                        help="least severe log records written")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -47,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == module_name:
                 continue  # command not built in this checkout
             raise
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
@@ -58,9 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     try:
-        check_args(args)
-        return int(args._run(args) or 0)
-    except ConfigurationError as exc:
+        with contextlib.ExitStack() as stack:
+            replay_archive(args, stack)
+            check_args(args)
+            return int(args._run(args) or 0)
+    except (ConfigurationError, ClientConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

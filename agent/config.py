@@ -115,7 +115,8 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(ENV_CONFIG, ""),
         help="NFD worker configuration (nfd-worker.conf format: core.labelWhiteList, core.featureSources, "
         "core.labelSources, sources.<name>...; our additions under nodeFeatureAgent:); "
-        "default: $NODE_FEATURE_AGENT_CONFIG, else NFD's defaults. Edits are picked up by `run` without a restart",
+        "default: $NODE_FEATURE_AGENT_CONFIG, else none (NFD's built-in settings). Edits are picked up by `run` "
+        "without a restart",
     )
 
 
@@ -153,6 +154,39 @@ def rule_options(args: argparse.Namespace) -> RuleOptions:
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", default=os.environ.get(ENV_NODE_NAME, ""), help="this node's name (default: $NODE_NAME)")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""), help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
+
+
+def require_node_name(args: argparse.Namespace) -> str:
+    """``--node-name`` (or ``$NODE_NAME``); ``ConfigurationError`` without one."""
+    if not getattr(args, "node_name", ""):
+        raise ConfigurationError("no node name: pass --node-name or set NODE_NAME")
+    return str(args.node_name)
+
+
+def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of the one-pass commands that write a Node (``apply`` and ``clean``)."""
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("--retries", type=positive_int, default=5, metavar="N",
+                        help="attempts per API call on 5xx/429/network errors (backoff 0.8 s doubling to 30 s) before giving up")
+    parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events on the Node")
+
+
+def parse_startup_taints(texts: Iterable[str]) -> list[Taint]:
+    """The ``--startup-taint KEY[=VALUE]:EFFECT`` values, each checked as the API server would
+    check a taint; ``ConfigurationError`` naming the first bad one."""
+    from agent.k8s_validation import taint_errors
+
+    taints = []
+    for text in texts:
+        try:
+            taint = Taint.parse(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"--startup-taint {text!r}: {exc}") from exc
+        errors = taint_errors(taint.key, taint.value, taint.effect)
+        if errors:
+            raise ConfigurationError(f"--startup-taint {text!r}: {'; '.join(errors)}")
+        taints.append(taint)
+    return taints
 
 
 def selected_sources(args: argparse.Namespace) -> list[str]:

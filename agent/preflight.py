@@ -16,7 +16,9 @@ Exit statuses shared by every command (documented in deploy/README.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import tempfile
 from collections.abc import Iterable
 
 from agent.config import ConfigurationError, rules_dirs, selected_sources, worker_config
@@ -63,6 +65,33 @@ def check_rules_dirs(dirs: Iterable[str]) -> None:
             os.listdir(directory)
         except OSError as exc:
             raise ConfigurationError(f"--rules {directory!r} cannot be listed: {exc.strerror or exc}") from exc
+
+
+#: the commands that only read a host root, so may replay a snapshot archive as one
+REPLAY_COMMANDS = ("discover", "plan", "explain")
+
+
+def replay_archive(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+    """A ``--host-root`` that is a snapshot archive (``snapshot --output X.tar.gz``) is unpacked
+    into a private temporary directory, removed when ``stack`` closes, which becomes the host
+    root (``agent.snapshot.extract_snapshot``: no path escape, bounded size). Only the
+    read-only commands take one: a Node is never written from a recording."""
+    path = getattr(args, "host_root", "")
+    if not path or not os.path.isfile(path):
+        return
+    from agent.snapshot import SnapshotError, extract_snapshot, is_tarball
+
+    if not is_tarball(path):
+        return
+    if getattr(args, "command", "") not in REPLAY_COMMANDS:
+        raise ConfigurationError(f"--host-root {path!r} is a snapshot archive: only {', '.join(REPLAY_COMMANDS)} "
+                                 "replay one")
+    into = stack.enter_context(tempfile.TemporaryDirectory(prefix="nfa-replay-"))
+    try:
+        extract_snapshot(path, into)
+    except SnapshotError as exc:
+        raise ConfigurationError(f"--host-root {exc}") from exc
+    args.host_root = into
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -45,8 +45,16 @@ _MAX_LINK_HOPS = 40
 TAR_SUFFIXES = (".tar.gz", ".tgz")
 
 
+MAX_REPLAY_BYTES = 256 * 1024 * 1024
+"""Largest total of member sizes unpacked from a snapshot archive for replay (a snapshot is a
+few MiB: files are capped at MAX_FILE_BYTES and read far less); a bigger one is refused."""
+MAX_REPLAY_MEMBERS = 500_000
+"""Most members unpacked from a snapshot archive (directories at most MAX_DIR_ENTRIES each)."""
+
+
 class SnapshotError(Exception):
-    """The snapshot could not be written (output in the way, not writable, ...)."""
+    """The snapshot could not be written (output in the way, not writable, ...), or an archive
+    could not be replayed (unreadable, hostile, over a bound)."""
 
 
 @dataclass(frozen=True)
@@ -315,3 +323,50 @@ def _record(host: HostFS, recording: Recording, tree: Path, sources: list[str]) 
     except OSError as exc:
         raise SnapshotError(f"{tree}: cannot write the snapshot: {exc.strerror or exc}") from exc
     return writer
+
+
+def _replay_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter (no absolute or ``..`` member paths, nothing written outside
+    ``dest`` even through a link already unpacked, no devices or FIFOs, no set-id bits), with
+    one allowance: a *symbolic* link whose target is absolute or outside is created as written,
+    because a snapshot keeps host links as they are (``/proc/device-tree`` ->
+    ``/sys/firmware/devicetree/base``) and :class:`HostFS` re-roots them on replay. Extraction
+    never follows it: a later member under it resolves outside and the ``data`` filter refuses
+    that member."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
+        if not member.issym():
+            raise
+        return member.replace(uid=None, gid=None, uname=None, gname=None, deep=False)  # type: ignore[arg-type]
+
+
+def extract_snapshot(archive: str | os.PathLike[str], into: str | os.PathLike[str], *,
+                     max_bytes: int = MAX_REPLAY_BYTES, max_members: int = MAX_REPLAY_MEMBERS) -> None:
+    """Unpack a snapshot archive (what :func:`take_snapshot` writes to a ``.tar.gz``) into the
+    empty directory ``into`` for replay; :class:`SnapshotError` naming the member for a member
+    that would escape it, a special file, a corrupt archive, or more than ``max_members``
+    members or ``max_bytes`` bytes (counted from the headers before each member is written,
+    so a gzip bomb stops at the bound)."""
+    if not hasattr(tarfile, "data_filter"):  # Python 3.11.4+: the extraction filters
+        raise SnapshotError("replaying an archive needs Python 3.11.4 or newer (tarfile's data filter)")
+    total = 0
+
+    def bounded(tar: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
+        nonlocal total
+        for count, member in enumerate(tar, start=1):
+            total += max(0, member.size)
+            if count > max_members:
+                raise SnapshotError(f"{os.fspath(archive)}: more than {max_members} members")
+            if total > max_bytes:
+                raise SnapshotError(f"{os.fspath(archive)}: more than {max_bytes} bytes unpacked")
+            yield member
+
+    try:
+        with tarfile.open(archive, "r:gz") as tar:  # what take_snapshot writes
+            tar.extractall(into, members=bounded(tar), filter=_replay_filter)
+    except tarfile.FilterError as exc:
+        raise SnapshotError(f"{os.fspath(archive)}: refused: {exc}") from exc
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        reason = " ".join(str(getattr(exc, "strerror", None) or exc).split())[:300]
+        raise SnapshotError(f"{os.fspath(archive)}: not a readable snapshot archive: {reason}") from exc

@@ -25,6 +25,7 @@ number to YAML, not the class ``"03"``), an unknown source or a bad regexp is an
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,10 +67,13 @@ class ConfigProblem:
 
 
 class WorkerConfigError(ValueError):
-    """The file cannot be used; ``problems`` says where and why (one line each)."""
+    """The file cannot be used; ``problems`` says where and why (one line each). ``digest``
+    names the content refused (``unreadable: <errno>`` when it could not be read), so a
+    reloader reports each distinct broken content once."""
 
-    def __init__(self, problems: list[ConfigProblem]):
+    def __init__(self, problems: list[ConfigProblem], digest: str = ""):
         self.problems = tuple(problems)
+        self.digest = digest
         super().__init__("; ".join(str(p) for p in problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
 
 
@@ -81,22 +85,31 @@ class WorkerConfig:
     discovery: DiscoveryConfig
     feature_sources: tuple[str, ...] = SOURCE_NAMES
     warnings: tuple[ConfigProblem, ...] = ()
+    digest: str = ""  # of the bytes it was parsed from: a reload of the same content changes nothing
 
 
 def load_worker_config(path: str, node_name: str = "") -> WorkerConfig:
-    """Read and parse ``path``; ``WorkerConfigError`` for an unreadable or invalid file."""
+    """Read and parse ``path``; ``WorkerConfigError`` for an unreadable or invalid file. The
+    one reader of the file: the commands' first load (``agent.config.worker_config``) and
+    ``run``'s reloads (``agent.runtime.config_state``) both come here."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise WorkerConfigError([ConfigProblem(path, 0, f"cannot read: {exc.strerror or exc}")]) from exc
+        raise WorkerConfigError([ConfigProblem(path, 0, f"cannot read: {exc.strerror or exc}")],
+                                f"unreadable: {exc.errno}") from exc
+    digest = hashlib.sha1(data).hexdigest()
     if len(data) > MAX_CONFIG_BYTES:
-        raise WorkerConfigError([ConfigProblem(path, 0, f"larger than {MAX_CONFIG_BYTES} bytes")])
+        raise WorkerConfigError([ConfigProblem(path, 0, f"larger than {MAX_CONFIG_BYTES} bytes")], digest)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise WorkerConfigError([ConfigProblem(path, 0, f"not UTF-8 text (byte {exc.start})")]) from exc
-    return parse_worker_config(text, path, node_name)
+        raise WorkerConfigError([ConfigProblem(path, 0, f"not UTF-8 text (byte {exc.start})")], digest) from exc
+    try:
+        return dataclasses.replace(parse_worker_config(text, path, node_name), digest=digest)
+    except WorkerConfigError as exc:
+        exc.digest = digest
+        raise
 
 
 def parse_worker_config(text: str, path: str = "<config>", node_name: str = "") -> WorkerConfig:

@@ -165,3 +165,118 @@ def test_private_citation_pattern_can_fail():
                   "placement.py", "style" + ".mdx", "a_style" + ".md"]
     assert [bool(PRIVATE_CITATION.search(s.encode())) for s in cited] == [True] * len(cited)
     assert [bool(PRIVATE_CITATION.search(s.encode())) for s in legitimate] == [False] * len(legitimate)
+
+
+#: placement's cluster-wide admission objects: (kind, name) from the plain manifests
+ADMISSION_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "MutatingWebhookConfiguration")
+
+
+def admission_objects() -> set[tuple[str, str]]:
+    import yaml
+
+    found = set()
+    for name in ("placement-policy.yaml", "placement-policy-v1beta1.yaml", "placement-webhook.yaml"):
+        for doc in yaml.safe_load_all((REPO / "deploy" / name).read_text()):
+            if doc and doc["kind"] in ADMISSION_KINDS:
+                found.add((doc["kind"], doc["metadata"]["name"]))
+    return found
+
+
+def uninstall_order_problems(body: str) -> list[str]:
+    """What is wrong with an Uninstall section's commands: every admission object must be
+    deleted by a command that comes before any other command (a pod gated once the controller
+    is gone is never released), and the text must say why."""
+    block = re.search(r"```sh\n(.*?)```", body, re.S)
+    if block is None:
+        return ["no sh block"]
+    commands = [line.strip() for line in block.group(1).splitlines() if line.strip() and not line.strip().startswith("#")]
+    deletes: dict[tuple[str, str], int] = {}
+    for index, command in enumerate(commands):
+        words = shlex.split(command)
+        if words[:2] == ["kubectl", "delete"] and len(words) > 3 and not words[2].startswith("-"):
+            kinds = {k.lower() for k in words[2].split(",")}
+            for kind, name in admission_objects():
+                if kind.lower() in kinds and name in words[3:]:
+                    deletes.setdefault((kind, name), index)
+    problems = [f"{kind} {name} is never deleted" for kind, name in sorted(admission_objects() - set(deletes))]
+    first_other = min((i for i in range(len(commands)) if i not in deletes.values()), default=len(commands))
+    problems += [f"{kind} {name} is deleted after `{commands[first_other]}`"
+                 for (kind, name), index in sorted(deletes.items()) if index > first_other]
+    prose = body[: block.start()]
+    if not ("cluster-wide" in prose and "gated" in prose):
+        problems.append("the text before the commands does not say why (cluster-wide, gated)")
+    return problems
+
+
+def test_uninstall_removes_placement_admission_first_and_says_why():
+    text = DEPLOY_README.read_text()
+    assert uninstall_order_problems(section(text, "## Uninstall")) == []
+    helm = section(text, "## Uninstall").split("With Helm", 1)[1]
+    assert helm.index("placement.admission=none") < helm.index("helm uninstall")
+    # the placement section's own uninstall deletes the admission first too
+    own = section(text, "### Uninstall, or releasing pods by hand")
+    lines = [line.strip() for line in own.splitlines() if line.startswith("    ")]
+    assert lines[0].startswith("kubectl delete -f deploy/placement-policy.yaml"), lines
+
+
+def test_uninstall_order_check_can_fail():
+    body = section(DEPLOY_README.read_text(), "## Uninstall")
+    block = re.search(r"```sh\n(.*?)```", body, re.S)
+    assert block is not None
+    lines = block.group(1).splitlines()
+    moved = [line for line in lines if "daemonset.yaml" in line] + [line for line in lines if "daemonset.yaml" not in line]
+    reordered = body[: block.start(1)] + "\n".join(moved) + "\n" + body[block.end(1):]
+    assert any("deleted after `kubectl delete -f daemonset.yaml`" in p for p in uninstall_order_problems(reordered))
+    assert uninstall_order_problems(body.replace("cluster-wide", "global")) != []
+
+
+def rendered_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """One flag's help as ``--help`` prints it (the command's own formatter)."""
+    return parser._get_formatter()._expand_help(action) if action.help else ""
+
+
+def every_flag() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:
+    parser = build_parser()
+    commands = [("node-feature-agent", parser)] + [(name, sub) for name, sub in subparsers().items()]
+    return [(name, command, action) for name, command in commands for action in command._actions
+            if action.help != argparse.SUPPRESS and action.option_strings and "--help" not in action.option_strings
+            and "--version" not in action.option_strings]
+
+
+def test_every_flag_has_help_and_states_its_default_once():
+    """Flags whose help already said "(default: $NODE_NAME)" printed the default a second time,
+    and some had no help at all; a default that says nothing (unset, off) is not printed."""
+    problems = []
+    for name, command, action in every_flag():
+        text = rendered_help(command, action)
+        flag = f"{name} {action.option_strings[-1]}"
+        if not text.strip():
+            problems.append(f"{flag}: no help")
+        if text.lower().count("default") > 1:
+            problems.append(f"{flag}: the default twice: {text}")
+        for noise in ("(default: None)", "(default: False)", "(default: [])", "(default: )"):
+            if noise in text:
+                problems.append(f"{flag}: {noise}")
+    assert problems == []
+
+
+def test_help_of_every_command_prints_in_a_process():
+    """``--help`` of each command, as a process: exit 0, the flags listed, no unexpanded
+    placeholder, no default printed twice on one line (the per-flag check above, end to end)."""
+    import os
+    import sys
+
+    for name in ["", *subparsers()]:
+        argv = [sys.executable, "-m", "agent", *([name] if name else []), "--help"]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "400"})
+        assert done.returncode == 0 and done.stderr == "", (name, done.stderr)
+        assert "%(" not in done.stdout and "(default: None)" not in done.stdout, name
+        doubled = [line for line in done.stdout.splitlines() if line.lower().count("default") > 1]
+        assert doubled == [], (name, doubled)
+
+
+def test_tag_ttl_help_and_parser_agree_on_zero():
+    (action,) = [a for _, command, a in every_flag() if command.prog.endswith("placement") and "--tag-ttl" in a.option_strings]
+    assert "0: ask every time" in rendered_help(subparsers()["placement"], action)
+    assert build_parser().parse_args(["placement", "--tag-ttl", "0"]).tag_ttl == 0.0

@@ -53,7 +53,24 @@ CASES: dict[str, dict[str, Any]] = {
                    "startupTaints": []},
     **{f"placement-{admission}": {"placement": {"enabled": True, "admission": admission}}
        for admission in ("policy", "policy-v1beta1", "webhook", "none")},
+    # placement on, admission left to the chart (auto), on a cluster of each supported version
+    **{f"placement-auto-{version}": {"placement": {"enabled": True}} for version in SUPPORTED},
+    "placement-auto-1.35-v1beta1-served": {"placement": {"enabled": True}},
     "bad-udev-mode": {"udev": {"mode": "inject:/run/x.sock"}},
+    "bad-placement-policy-on-1.33": {"placement": {"enabled": True, "admission": "policy"}},
+    "bad-placement-v1beta1-not-served": {"placement": {"enabled": True, "admission": "policy-v1beta1"}},
+    "bad-placement-admission-word": {"placement": {"enabled": True, "admission": "mutating"}},
+}
+V1BETA1_POLICY = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"
+#: the cluster a case renders for (helm template --kube-version/--api-versions; helm install
+#: reads them from the cluster); the others render as the engine's default cluster
+CLUSTERS: dict[str, dict[str, Any]] = {
+    "placement-policy": {"kube_version": "v1.36.0"},
+    "placement-policy-v1beta1": {"kube_version": "v1.35.0", "api_versions": [V1BETA1_POLICY]},
+    **{f"placement-auto-{version}": {"kube_version": f"v{version}"} for version in SUPPORTED},
+    "placement-auto-1.35-v1beta1-served": {"kube_version": "v1.35.0", "api_versions": [V1BETA1_POLICY]},
+    "bad-placement-policy-on-1.33": {"kube_version": "v1.33.4"},
+    "bad-placement-v1beta1-not-served": {"kube_version": "v1.35.0"},
 }
 
 
@@ -63,7 +80,7 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         f"{HELM_PYTHON}: no Helm engine. `bash .ci/run` makes it; by hand: "
         "python3.12 -m venv .venv-helm && .venv-helm/bin/pip install helm-python-sdk")
     cases = tmp_path_factory.mktemp("helm") / "cases.json"
-    cases.write_text(json.dumps(CASES))
+    cases.write_text(json.dumps({name: {"values": values, **CLUSTERS.get(name, {})} for name, values in CASES.items()}))
     done = subprocess.run([str(HELM_PYTHON), str(REPO / "deploy" / "render_chart.py"), "--cases", str(cases)],
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
@@ -133,6 +150,69 @@ def test_the_chart_accepts_every_udev_mode_the_cli_accepts_and_refuses_others(re
         assert ds["spec"]["template"]["spec"]["hostNetwork"] is (mode == "udev")
     # inject:<socket> is the CLI's test interface (a socket a test binds), not a way to deploy
     assert "udev.mode must be kernel, udev, poll or off" in renders["bad-udev-mode"]["error"]
+
+
+def _vt(version: str) -> tuple[int, ...]:
+    return tuple(map(int, version.split(".")))
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_placement_admission_follows_the_cluster_s_version(renders, version):
+    """auto picks MutatingAdmissionPolicy v1 where the version serves it (GA in 1.36, KEP-3962;
+    decided here by the upstream OpenAPI schemas kubernetes-validate ships) and the webhook
+    below it, and what it picks exists in that very version: every object validates against
+    that version's own schema, with no allowance for kinds newer than the floor, so the chart's
+    kubeVersion (>= the floor) holds with placement on."""
+    docs = objects(renders[f"placement-auto-{version}"])
+    kinds = {(d["apiVersion"], d["kind"]) for d in docs}
+    policy = ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy")
+    webhook = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
+    probe = {"apiVersion": policy[0], "kind": policy[1], "metadata": {"name": "probe"}, "spec": {}}
+    try:
+        kubernetes_validate.validate(probe, version, strict=True)
+        served = True
+    except kubernetes_validate.utils.SchemaNotFoundError:
+        served = False
+    except kubernetes_validate.ValidationError:
+        served = True
+    assert served == (_vt(version) >= (1, 36, 0)), "the chart's 1.36 threshold is not where v1 appears upstream"
+    if served:
+        assert policy in kinds and webhook not in kinds
+    else:
+        assert webhook in kinds and policy not in kinds
+    problems = []
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except (kubernetes_validate.utils.SchemaNotFoundError, kubernetes_validate.ValidationError) as exc:
+            problems.append(f"{doc['kind']} {doc['apiVersion']}: {exc}")
+    assert problems == []
+
+
+def test_placement_admission_takes_the_v1beta1_policy_where_the_cluster_serves_it(renders):
+    kinds = {(d["apiVersion"], d["kind"]) for d in objects(renders["placement-auto-1.35-v1beta1-served"])}
+    assert ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy") in kinds
+    assert not any(kind == "MutatingWebhookConfiguration" for _, kind in kinds)
+
+
+def test_an_admission_form_the_cluster_cannot_serve_is_refused_at_install(renders):
+    """Rendering (helm install/template) fails with one message naming the form, what it needs,
+    the cluster's version and what to set instead; no object is rendered."""
+    policy = renders["bad-placement-policy-on-1.33"]
+    assert "manifests" not in policy
+    assert "placement.admission=policy needs MutatingAdmissionPolicy v1 (Kubernetes 1.36 or newer)" in policy["error"]
+    assert "v1.33.4" in policy["error"] and "placement.admission=auto" in policy["error"]
+    v1beta1 = renders["bad-placement-v1beta1-not-served"]
+    assert "manifests" not in v1beta1
+    assert "admissionregistration.k8s.io/v1beta1 MutatingAdmissionPolicy" in v1beta1["error"]
+    assert "v1.35.0" in v1beta1["error"] and "--api-versions" in v1beta1["error"]
+    word = renders["bad-placement-admission-word"]
+    assert 'must be auto, policy, policy-v1beta1, webhook or none, not "mutating"' in word["error"]
+
+
+def test_the_chart_s_default_admission_is_auto():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["placement"]["admission"] == "auto"
 
 
 def test_every_interval_the_chart_documents_is_a_value():

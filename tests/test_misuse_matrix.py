@@ -11,6 +11,31 @@ in ``tests/runtime/test_hostile_objects.py``): an object's NoExecute taints with
 named before a legitimate one (``test_more_objects_than_the_bound_named_first_keep_the_legitimate_label_after_a_restart``),
 one object of 10,000 rules (``test_an_object_with_10000_rules_is_refused_before_it_is_parsed``),
 an object over etcd's limit (``test_the_server_refuses_an_object_over_etcds_request_limit``).
+
+Operator paths tested elsewhere, each as the real process (or the chart's real engine):
+
+=================================================  ===========================================================
+case                                               test
+=================================================  ===========================================================
+bad kubeconfig (missing, garbage, binary, no       the ``*-kubeconfig``, ``*-current-context``, ``*-incluster``
+current context, no service account), every        cases below (apply, run, clean, clean --pods, plan,
+command                                            placement)
+SIGHUP / SIGUSR1 / SIGUSR2 to ``run``              test_run_ignores_sigusr_and_resyncs_on_sighup (below)
+SIGHUP / SIGUSR1 / SIGUSR2 to ``placement``        test_placement_ignores_sighup_and_sigusr (below)
+device plugin socket under umask 000               deviceplugin/test_socket_mode::test_plugin_sockets_are_0600_under_umask_000
+explain-image against a plain-HTTP registry        images/test_explain_image::test_a_plain_http_registry_without_the_flag_says_which_flag
+``--insecure-registry HOST`` for ``HOST:PORT``     images/test_explain_image::test_insecure_registry_without_the_port_is_named_as_the_miss
+``discover --host-root X.tar.gz`` (snapshot)       test_snapshot::test_cli_writes_a_snapshot_that_discover_replays
+hostile or oversized snapshot archive              test_snapshot::test_a_hostile_archive_is_refused_in_one_line_and_nothing_escapes,
+                                                   test_snapshot::test_archive_bounds_stop_unpacking, ``discover-archive-*`` below
+flags printing their default twice, no help        test_docs::test_every_flag_has_help_and_states_its_default_once,
+                                                   test_docs::test_help_of_every_command_prints_in_a_process
+``--tag-ttl 0``                                    test_docs::test_tag_ttl_help_and_parser_agree_on_zero, ``placement-negative-tag-ttl``
+Warning Events logged at info (placement)          placement/test_controller::test_the_pod_s_own_choice_is_kept_and_a_conflict_is_said
+Uninstall leaves the gating policy behind          test_docs::test_uninstall_removes_placement_admission_first_and_says_why
+chart admission vs the cluster's version           test_helm_chart::test_placement_admission_follows_the_cluster_s_version,
+                                                   test_helm_chart::test_an_admission_form_the_cluster_cannot_serve_is_refused_at_install
+=================================================  ===========================================================
 """
 
 from __future__ import annotations
@@ -83,6 +108,31 @@ def cases(paths: dict[str, str]) -> list[Case]:
         Case("clean-garbage-kubeconfig", ("clean", "--kubeconfig", p["garbage"], "--node-name", NODE), needle="configuration"),
         Case("apply-no-incluster", ("apply", *good, "--node-name", NODE), needle="configuration",
              env=(("KUBECONFIG", ""), ("KUBERNETES_SERVICE_HOST", ""))),
+        Case("apply-no-current-context", ("apply", *good, "--kubeconfig", p["no_context"], "--node-name", NODE),
+             needle="current-context"),
+        Case("run-missing-kubeconfig", ("run", *good, "--kubeconfig", "/nonexistent-kubeconfig", "--node-name", NODE),
+             needle="no such file"),
+        Case("run-no-current-context", ("run", *good, "--kubeconfig", p["no_context"], "--node-name", NODE),
+             needle="current-context"),
+        Case("clean-missing-kubeconfig", ("clean", "--kubeconfig", "/nonexistent-kubeconfig", "--node-name", NODE),
+             needle="no such file"),
+        Case("clean-pods-garbage-kubeconfig", ("clean", "--pods", "--kubeconfig", p["garbage"]), needle="configuration"),
+        Case("clean-pods-missing-kubeconfig", ("clean", "--pods", "--kubeconfig", "/nonexistent-kubeconfig"),
+             needle="no such file"),
+        Case("clean-pods-no-current-context", ("clean", "--pods", "--kubeconfig", p["no_context"]),
+             needle="current-context"),
+        Case("placement-garbage-kubeconfig", ("placement", "--kubeconfig", p["garbage"], "--metrics-port", "off"),
+             needle="configuration"),
+        Case("placement-binary-kubeconfig", ("placement", "--kubeconfig", p["binary"], "--metrics-port", "off"),
+             needle="configuration"),
+        Case("placement-missing-kubeconfig", ("placement", "--kubeconfig", "/nonexistent-kubeconfig",
+                                              "--metrics-port", "off"), needle="no such file"),
+        Case("placement-no-current-context", ("placement", "--kubeconfig", p["no_context"], "--metrics-port", "off"),
+             needle="current-context"),
+        Case("placement-no-incluster", ("placement", "--metrics-port", "off"), needle="in-cluster",
+             env=(("KUBECONFIG", ""), ("KUBERNETES_SERVICE_HOST", ""))),
+        Case("plan-garbage-kubeconfig", ("plan", *good, "--kubeconfig", p["garbage"]), needle="configuration"),
+        Case("plan-no-current-context", ("plan", *good, "--kubeconfig", p["no_context"]), needle="current-context"),
         Case("apply-no-node-name", ("apply", *good, "--kubeconfig", p["kubeconfig"]), needle="node name", env=(("NODE_NAME", ""),)),
         Case("run-no-node-name", ("run", *good, "--kubeconfig", p["kubeconfig"]), needle="node name", env=(("NODE_NAME", ""),)),
         # numbers and choices
@@ -99,6 +149,12 @@ def cases(paths: dict[str, str]) -> list[Case]:
         Case("run-evict-without-guard", ("run", *good, *k, "--evict-orphans"), needle="--pod-guard"),
         Case("run-bad-startup-taint", ("run", *good, *k, "--startup-taint", "x:Sometimes"), needle="taint"),
         Case("apply-bad-startup-taint", ("apply", *good, *k, "--startup-taint", "no-effect"), needle="taint"),
+        # snapshot archives as --host-root: replayed by the read-only commands only, hostile ones refused
+        Case("apply-host-root-archive", ("apply", "--host-root", p["snapshot_tar"], *k), needle="only discover"),
+        Case("run-host-root-archive", ("run", "--host-root", p["snapshot_tar"], *k), needle="only discover"),
+        Case("discover-archive-dotdot", ("discover", "--host-root", p["dotdot_tar"]), needle="refused"),
+        Case("discover-archive-garbage", ("discover", "--host-root", p["garbage_tar"]), needle="not a readable"),
+        Case("placement-negative-tag-ttl", ("placement", "--tag-ttl", "-1"), needle="--tag-ttl"),
         Case("discover-unknown-source", ("discover", *good, "--sources", "pci,floppy"), needle="floppy"),
         Case("discover-empty-sources", ("discover", *good, "--sources", ","), needle="--sources"),
         Case("discover-bad-format", ("discover", *good, "--format", "xml"), needle="--format"),
@@ -122,7 +178,7 @@ CASE_NAMES = [case.name for case in cases(collections.defaultdict(str))]
 def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("misuse")
     paths = {name: str(base / name) for name in ("file", "empty", "only_sys", "garbage", "binary", "out", "missing_json",
-                                                 "typo_rules")}
+                                                 "typo_rules", "no_context")}
     (base / "typo_rules").mkdir()
     (base / "typo_rules" / "coral.yaml").write_text(
         "apiVersion: nfd.k8s-sigs.io/v1alpha1\nkind: NodeFeatureRule\nmetadata: {name: coral}\nspec:\n  rules:\n"
@@ -133,6 +189,21 @@ def world(tmp_path_factory):
     (base / "only_sys" / "sys").mkdir(parents=True)
     (base / "garbage").write_text("::: this [is not yaml\n\tat all")
     (base / "binary").write_bytes(bytes(range(256)) * 4)
+    import io
+    import tarfile
+
+    for name, member in (("snapshot_tar", "sys"), ("dotdot_tar", "../escaped")):
+        paths[name] = str(base / f"{name}.tar.gz")
+        with tarfile.open(paths[name], "w:gz") as tar:
+            info = tarfile.TarInfo(member)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    paths["garbage_tar"] = str(base / "garbage.tgz")
+    (base / "garbage.tgz").write_bytes(b"\x1f\x8b" + bytes(range(256)))
+    # a well-formed kubeconfig naming no current context (kubectl: "current-context is not set")
+    (base / "no_context").write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n")
     paths["missing_json"] = str(base / "labels-that-do-not-exist.json")
     with FakeApiServer() as server:
         server.add_node(NODE, labels=dict(LABELS), annotations=dict(ANNOTATIONS),
@@ -549,3 +620,90 @@ def test_placement_releases_gated_pods_whatever_their_labels_and_cuts_a_silent_r
     assert not (silent["spec"].get("affinity") or {}).get("nodeAffinity")
     assert failed[1] == "Warning" and [e[0] for e in events_for(server, "silent")] == ["ArchInspectionFailed"]
     assert len(registry.accepted) == 1
+
+def _log_records(log_path) -> list[dict]:
+    import json
+
+    records = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def _signal_records(log_path) -> list[str]:
+    return [str(r.get("msg") or r.get("message") or "") for r in _log_records(log_path) if r.get("event") == "signal"]
+
+
+def _wait(predicate, proc, log_path, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"{what}: the process ended ({proc.returncode}): {log_path.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{what}: {log_path.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_run_ignores_sigusr_and_resyncs_on_sighup(tmp_path):
+    """SIGUSR1/SIGUSR2 ended the agent (their default action) with no word in the docs. Now a
+    real ``run``: both are logged and ignored, SIGHUP re-reads rules and --config and runs a
+    resync at once (the periodic one is an hour away here), and SIGTERM still exits 0."""
+    log_path = tmp_path / "agent.log"
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+        env = {k: v for k, v in os.environ.items() if k != "NODE_FEATURE_AGENT_RULES"}
+        env["PYTHONPATH"] = str(REPO)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--log-format", "json", "run", "--host-root", CORAL,
+                 "--rules", str(LABELS_DIR), "--kubeconfig", str(kubeconfig), "--node-name", NODE,
+                 "--metrics-port", "off", "--udev-mode", "off", "--startup-jitter", "0", "--resync-interval", "3600"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait(lambda: (server.node(NODE)["metadata"].get("labels") or {}).get("accelerators/edgetpu"), proc,
+                  log_path, "labelled")
+            assert _resync_passes(log_path) == 0
+            proc.send_signal(signal.SIGUSR1)
+            _wait(lambda: len(_signal_records(log_path)) == 1, proc, log_path, "SIGUSR1 logged")
+            proc.send_signal(signal.SIGUSR2)
+            _wait(lambda: len(_signal_records(log_path)) == 2, proc, log_path, "SIGUSR2 logged")
+            assert all("ignored" in text for text in _signal_records(log_path))
+            proc.send_signal(signal.SIGHUP)
+            _wait(lambda: _resync_passes(log_path) == 1, proc, log_path, "a resync after SIGHUP")
+            assert "re-reading rules and configuration" in _signal_records(log_path)[2]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_placement_ignores_sighup_and_sigusr(tmp_path):
+    """The placement controller as a process: SIGHUP, SIGUSR1 and SIGUSR2 are logged and
+    ignored (it has nothing to re-read), SIGTERM still stops it with exit 0."""
+    log_path = tmp_path / "placement.log"
+    with FakeApiServer() as server:
+        kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--log-format", "json", "placement", "--kubeconfig", str(kubeconfig),
+                 "--metrics-port", "off", "--leader-elect", "off"],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait(lambda: any(r.get("event") == "started" for r in _log_records(log_path)), proc, log_path, "started")
+            for count, sig in enumerate((signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2), start=1):
+                proc.send_signal(sig)
+                _wait(lambda count=count: len(_signal_records(log_path)) == count, proc, log_path, f"{sig.name} logged")
+            assert all("ignored" in text for text in _signal_records(log_path))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in log_path.read_text()

@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -20,21 +19,21 @@ from agent.config import (
     add_host_arguments,
     add_node_arguments,
     add_policy_arguments,
+    add_reconcile_arguments,
     claim_policy,
     discovery_config,
-    positive_int,
+    parse_startup_taints,
+    require_node_name,
     rule_options,
     rules_dirs,
     selected_sources,
 )
-from agent.preflight import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from agent.desired import DesiredNodeState, Taint
+    from agent.desired import DesiredNodeState
     from agent.discovery import Discovery
-    from agent.reconcile.node_api import NodeApi
     from agent.reconcile.outcome import ReconcileOutcome
     from agent.rules import Catalogue, RuleOptions
 
@@ -57,54 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--startup-taint", action="append", default=[], metavar="KEY:EFFECT",
                         help="a taint the node registers with (--register-with-taints) that the agent removes once the node "
                              "is labelled; the only foreign item the agent ever removes; repeatable")
-
-
-def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by ``apply`` and ``clean``."""
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    parser.add_argument("--retries", type=positive_int, default=5, metavar="N",
-                        help="attempts per API call on 5xx/429/network errors (backoff 0.8 s doubling to 30 s) before giving up")
-    parser.add_argument("--no-events", action="store_true", help="do not record Kubernetes Events on the Node")
-
-
-def connect(args: argparse.Namespace) -> NodeApi:
-    """A ``NodeApi`` from --kubeconfig / in-cluster config; ``SystemExit(2)`` without a node
-    name, ``ConfigurationError`` (exit 2, one line) when the configuration cannot be loaded.
-
-    ``apply``, ``clean`` and ``run`` all use the light CoreV1 subset
-    (``agent.reconcile.light_core``): the generated ``CoreV1Api`` costs ~0.9 s of import and 250
-    generated models, and the image ships without the generated APIs and models
-    (Dockerfile)."""
-    from agent.reconcile.node_api import NodeApi, load_configuration
-
-    if not args.node_name:
-        print("error: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
-        raise SystemExit(2)
-    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
-        raise ConfigurationError(f"--kubeconfig {args.kubeconfig!r} is not a file")
-    try:
-        return NodeApi.from_configuration(load_configuration(args.kubeconfig or None))
-    except Exception as exc:  # any failure to read the client configuration is a configuration error
-        where = args.kubeconfig or "in-cluster service account"
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise ConfigurationError(f"cannot load Kubernetes client configuration ({where}): {reason[:300]}") from exc
-
-
-def parse_startup_taints(texts: list[str]) -> list[Taint]:
-    from agent.desired import Taint
-    from agent.k8s_validation import taint_errors
-
-    taints = []
-    for text in texts:
-        try:
-            taint = Taint.parse(text)
-        except ValueError as exc:
-            raise ConfigurationError(f"--startup-taint {text!r}: {exc}") from exc
-        errors = taint_errors(taint.key, taint.value, taint.effect)
-        if errors:
-            raise ConfigurationError(f"--startup-taint {text!r}: {'; '.join(errors)}")
-        taints.append(taint)
-    return taints
 
 
 def print_outcome(node: str, outcome: ReconcileOutcome, *, fmt: str, dry_run: bool,
@@ -156,10 +107,14 @@ def run(args: argparse.Namespace) -> int:
     from agent import rules
     from agent.discovery import discover
     from agent.hostfs import HostFS
+    from agent.kube.connect import api_client
     from agent.reconcile import Reconciler
+    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.reconcile.node_api import NodeApi
 
     startup = parse_startup_taints(args.startup_taint)
-    api = connect(args)
+    require_node_name(args)
+    api = NodeApi(LightCoreV1Api(api_client(args.kubeconfig or None)))
     found = discover(HostFS(args.host_root), discovery_config(args), selected_sources(args))
     options = rule_options(args)
     catalogue = rules.load_catalogue(rules_dirs(args), options)

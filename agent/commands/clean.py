@@ -17,8 +17,7 @@ import argparse
 import json
 import sys
 
-from agent.commands.apply import add_reconcile_arguments, connect
-from agent.config import add_node_arguments
+from agent.config import add_node_arguments, add_reconcile_arguments, require_node_name
 
 HELP = "remove every label, annotation, extended resource and taint this agent owns from a Node (uninstall)"
 
@@ -32,10 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def clean_pods(args: argparse.Namespace) -> int:
+    from agent.kube.connect import api_client
     from agent.placement.clean import clean_pods as release_all
-    from agent.placement.kube import connect as connect_pods
+    from agent.placement.kube import PlacementApi
 
-    result = release_all(connect_pods(args.kubeconfig or None))
+    result = release_all(PlacementApi(api_client(args.kubeconfig or None)))
     if args.format == "json":
         json.dump({"released": result.released, "failed": result.failed}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -49,11 +49,15 @@ def clean_pods(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agent.kube.connect import api_client
     from agent.reconcile import Reconciler
+    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.reconcile.node_api import NodeApi
 
     if args.pods:
         return clean_pods(args)
-    api = connect(args)
+    require_node_name(args)
+    api = NodeApi(LightCoreV1Api(api_client(args.kubeconfig or None)))
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events, max_attempts=max(1, args.retries))
     outcome = reconciler.clean()
     if args.format == "json":

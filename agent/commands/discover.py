@@ -15,7 +15,7 @@ HELP = "discover this host's (or a fixture's) features and print NFD-compatible 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_host_arguments(parser)
-    parser.add_argument("--format", choices=("json", "table"), default="json")
+    parser.add_argument("--format", choices=("json", "table"), default="json", help="output format")
     parser.add_argument("--node-name", default="", help="value for system.name.nodename (default: $NODE_NAME)")
 
 

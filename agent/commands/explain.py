@@ -25,7 +25,7 @@ HELP = "explain where a label / extended resource / taint comes from (file:line,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="+", metavar="LABEL_OR_RESOURCE", help="label key, extended resource name, annotation key or taint key")
     add_plan_arguments(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def hidden_cpuid_label(args: argparse.Namespace, features: Mapping[str, Any], name: str) -> str | None:

@@ -25,12 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", metavar="REF", help="image reference, as in a pod spec (nginx, host:port/repo:tag, ...@sha256:...)")
     parser.add_argument("--pull-secret", action="append", default=[], metavar="FILE",
                         help="file with a pull secret's .dockerconfigjson or .dockercfg contents (repeatable, in pod order)")
-    parser.add_argument("--insecure-registry", action="append", default=[], metavar="HOST",
-                        help="registry host[:port] reached over plain HTTP (repeatable)")
+    parser.add_argument("--insecure-registry", action="append", default=[], metavar="HOST[:PORT]",
+                        help="reach this registry over plain HTTP; matched whole against the image's registry as "
+                             "Docker's insecure-registries are, so a registry on a port needs HOST:PORT (repeatable)")
     parser.add_argument("--ca-file", metavar="FILE", help="PEM CA bundle trusted for HTTPS registries instead of the system's")
     parser.add_argument("--pull-always", action="store_true", help="as for imagePullPolicy: Always (no cached tag)")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds for the whole lookup, retries included")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
 
 def run(args: argparse.Namespace) -> int:

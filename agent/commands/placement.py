@@ -6,6 +6,8 @@ gate; see ``agent/placement/controller.py``. Leader election on a Lease lets two
 (one acts). Optionally serves the mutating admission webhook for clusters without
 MutatingAdmissionPolicy (``--webhook-port`` with a TLS certificate). Serves /metrics,
 /healthz and /readyz on ``--metrics-port``. SIGTERM/SIGINT: hand the Lease back, stop, exit 0.
+SIGHUP, SIGUSR1, SIGUSR2: logged and ignored (nothing to re-read: the webhook's certificate is
+reloaded when it changes; their default action would end the controller).
 Exit status: 1 setup failed (port in use, unreadable certificate, no cluster), 2 bad usage.
 """
 
@@ -19,7 +21,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from agent.config import positive_float, positive_int
+from agent.config import non_negative_float, positive_float, positive_int
 
 if TYPE_CHECKING:
     from agent.placement.controller import Controller, ControllerConfig
@@ -42,15 +44,18 @@ def _port(text: str) -> int | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""), help="kubeconfig file (default: in-cluster)")
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG", ""),
+                        help="kubeconfig file (default: $KUBECONFIG, else in-cluster config)")
     parser.add_argument("--namespace", default=env("POD_NAMESPACE", "node-feature-agent"),
                         help="the controller's own namespace: its Lease lives there and its pods are never gated")
     parser.add_argument("--identity", default=env("POD_NAME", socket.gethostname()),
                         help="leader-election identity (the pod name)")
     parser.add_argument("--leader-elect", choices=("on", "off"), default="on",
                         help="take the Lease before acting (off: this replica always acts; run one replica only)")
-    parser.add_argument("--lease-name", default="node-feature-agent-placement")
-    parser.add_argument("--lease-duration", type=positive_float, default=15.0, metavar="SECONDS")
+    parser.add_argument("--lease-name", default="node-feature-agent-placement",
+                        help="the leader-election Lease, in --namespace")
+    parser.add_argument("--lease-duration", type=positive_float, default=15.0, metavar="SECONDS",
+                        help="how long a Lease holds without renewal; the leader stops acting after 2/3 of it unrenewed")
     parser.add_argument("--workers", type=positive_int, default=8, help="pods resolved at once")
     parser.add_argument("--taint-mode", action="store_true",
                         help="also tolerate node-feature-agent.io/arch=<arch>:NoSchedule for each allowed architecture")
@@ -58,18 +63,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long transient registry failures are retried before on-error applies")
     parser.add_argument("--gate-deadline", type=positive_float, default=600.0, metavar="SECONDS",
                         help="hard bound on a pod's time gated, counted from its creation")
-    parser.add_argument("--watchdog-interval", type=positive_float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--watchdog-interval", type=positive_float, default=30.0, metavar="SECONDS",
+                        help="how often every gated pod is checked against --gate-deadline")
     parser.add_argument("--insecure-registry", action="append", default=[], metavar="HOST[:PORT]",
-                        help="reach this registry over plain HTTP (repeatable)")
+                        help="reach this registry over plain HTTP; matched whole against the image's registry as "
+                             "Docker's insecure-registries are, so a registry on a port needs HOST:PORT (repeatable)")
     parser.add_argument("--registry-ca-file", default="", help="PEM bundle trusted for registries instead of the system's")
-    parser.add_argument("--tag-ttl", type=positive_float, default=60.0, metavar="SECONDS",
-                        help="how long a tag's digest is trusted (0 for imagePullPolicy: Always)")
+    parser.add_argument("--tag-ttl", type=non_negative_float, default=60.0, metavar="SECONDS",
+                        help="how long a tag's digest is reused before the registry is asked again (0: ask every "
+                             "time; pods with imagePullPolicy: Always are asked every time whatever this is)")
     parser.add_argument("--registry-qps", type=positive_float, default=10.0, help="requests per second per registry")
-    parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT")
+    parser.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
+                        help="port for /metrics, /healthz, /readyz (0: any free port, off: no server)")
     parser.add_argument("--webhook-port", type=_port, default=None, metavar="PORT",
                         help="serve the mutating admission webhook on this port (needs --tls-cert-file/--tls-key-file)")
-    parser.add_argument("--tls-cert-file", default="")
-    parser.add_argument("--tls-key-file", default="")
+    parser.add_argument("--tls-cert-file", default="", metavar="FILE",
+                        help="the webhook's PEM certificate (re-read when it changes)")
+    parser.add_argument("--tls-key-file", default="", metavar="FILE", help="the webhook's PEM private key")
 
 
 def _resolver(args: argparse.Namespace) -> Any:
@@ -81,14 +91,15 @@ def _resolver(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agent.kube.connect import api_client
     from agent.placement.controller import Controller
-    from agent.placement.kube import connect
+    from agent.placement.kube import PlacementApi
     from agent.placement.metrics import PlacementMetrics
 
     if args.webhook_port is not None and not (args.tls_cert_file and args.tls_key_file):
         log.error("--webhook-port needs --tls-cert-file and --tls-key-file")
         return 2
-    api = connect(args.kubeconfig or None)
+    api = PlacementApi(api_client(args.kubeconfig or None))
     resolver = _resolver(args)
     metrics = PlacementMetrics(resolver.counters)
     elector = _elector(api, args)
@@ -149,7 +160,12 @@ def _run_until_signalled(args: argparse.Namespace, controller: Controller, elect
     """Run (leading at once without an election) until SIGTERM or SIGINT, then stop everything,
     releasing the Lease, and restore the signal handlers."""
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def ignored(signum: int, _frame: object) -> None:
+        log.info("received %s: ignored (SIGTERM stops)", signal.Signals(signum).name, extra={"event": "signal"})
+
+    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: lambda *_: stop.set(), signal.SIGINT: lambda *_: stop.set(),
+                                           signal.SIGHUP: ignored, signal.SIGUSR1: ignored, signal.SIGUSR2: ignored}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     controller.start()
     if elector is not None:
         elector.start(controller.leadership)

@@ -57,7 +57,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
-    parser.add_argument("--format", choices=("json", "table"), default="json")
+    parser.add_argument("--format", choices=("json", "table"), default="json", help="output format")
     parser.add_argument("--device-plugin", choices=("on", "off"), default="off",
                         help="on: show what run --device-plugin=on would serve to kubelet (devices, /dev nodes)")
 
@@ -119,17 +119,16 @@ def read_cluster(args: argparse.Namespace, options: RuleOptions) -> ClusterObjec
     if not kubeconfig:
         print("error: --rules-from-cluster on needs --kubeconfig", file=sys.stderr)
         raise SystemExit(2)
-    from kubernetes.client.api_client import ApiClient
-
     from agent.config import node_name_of
+    from agent.kube.connect import api_client
     from agent.reconcile.light_core import LightCoreV1Api
-    from agent.reconcile.node_api import load_configuration
     from agent.runtime.cluster_objects import ClusterObjects
 
     cluster = ClusterObjects(node_name_of(args), on_change=lambda: None, options=options,
                              taints=getattr(args, "enable_taints", False))
+    core = LightCoreV1Api(api_client(kubeconfig))  # an unusable configuration: exit 2 (agent.cli)
     try:
-        notes = cluster.read_once(LightCoreV1Api(ApiClient(load_configuration(kubeconfig))))
+        notes = cluster.read_once(core)
     except Exception as exc:  # any failure to read: say so, plan from files
         print(f"error: reading NFD objects through {kubeconfig}: {exc}", file=sys.stderr)
         raise SystemExit(1) from exc

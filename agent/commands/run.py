@@ -5,6 +5,8 @@ a rule file edit, a change to this Node (someone removed our label, a dependency
 appeared) or the jittered resync asks for it. Serves /metrics, /healthz and /readyz on
 ``--metrics-port``. SIGTERM/SIGINT: stop taking triggers, give an in-flight write what is left of 0.8 s (then
 abandon it), stop every thread, exit 0 within a second; labels stay (``clean`` removes).
+SIGHUP: re-read the rules and ``--config`` and resync now (a daemon's reload; edits are picked up
+without it too). SIGUSR1/SIGUSR2: logged and ignored (their default action would end the agent).
 
 ``--udev-mode inject:<socket>`` is a test/debug interface: the agent binds a unix datagram
 socket there and takes kernel-format uevents from it exactly as from the netlink monitor.
@@ -28,11 +30,14 @@ from agent.config import (
     add_policy_arguments,
     discovery_config,
     non_negative_float,
+    parse_startup_taints,
     positive_float,
     positive_int,
+    require_node_name,
     rule_options,
     rules_dirs,
     selected_sources,
+    worker_config,
 )
 
 if TYPE_CHECKING:
@@ -115,7 +120,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from agent.commands.apply import parse_startup_taints
     from agent.runtime.agent import Settings
 
     if args.evict_orphans and not args.pod_guard:
@@ -124,7 +128,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         node_name=args.node_name, rules_dirs=rules_dirs(args), host_root=args.host_root,
         sources=selected_sources(args), discovery_config=discovery_config(args), rule_options=rule_options(args),
-        config_path=args.config or "", sources_from_flag=args.sources is not None,
+        config_path=args.config or "", worker_config=worker_config(args), sources_from_flag=args.sources is not None,
         resync_interval=args.resync_interval, startup_jitter=args.startup_jitter, debounce=max(0.0, args.debounce),
         debounce_max=max(args.debounce, args.debounce_max), udev_mode=args.udev_mode, poll_interval=args.poll_interval,
         startup_taints=tuple(parse_startup_taints(args.startup_taint)), pod_guard=args.pod_guard,
@@ -135,20 +139,37 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.commands.apply import connect
+    from agent.kube.connect import api_client
+    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.reconcile.node_api import NodeApi
     from agent.runtime.agent import Agent
     from agent.runtime.heap import limit_malloc_arenas
 
     limit_malloc_arenas()  # before any thread starts (agent.runtime.heap)
     settings = settings_from_args(args)
-    api = connect(args)
+    require_node_name(args)
+    api = NodeApi(LightCoreV1Api(api_client(args.kubeconfig or None)))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name, extra={"event": "signal"})
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    agent: Agent | None = None
+
+    def on_reload(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: re-reading rules and configuration, resyncing", signal.Signals(signum).name,
+                 extra={"event": "signal"})
+        if agent is not None:
+            agent.resync()
+
+    def on_ignored(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: ignored (SIGHUP reloads, SIGTERM stops)", signal.Signals(signum).name,
+                 extra={"event": "signal"})
+
+    handlers = {signal.SIGTERM: on_signal, signal.SIGINT: on_signal, signal.SIGHUP: on_reload,
+                signal.SIGUSR1: on_ignored, signal.SIGUSR2: on_ignored}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         try:
             agent = Agent(settings, api)

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         required=True,
         metavar="DIR|FILE.tar.gz",
-        help="new or empty directory, or an archive path ending in .tar.gz/.tgz (extract it with tar -xzf ... -C DIR)",
+        help="new or empty directory, or an archive path ending in .tar.gz/.tgz (discover, plan and explain "
+        "--host-root read the archive as it is)",
     )
     parser.add_argument("--node-name", default="", help="value for system.name.nodename (default: $NODE_NAME)")
 

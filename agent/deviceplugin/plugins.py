@@ -30,7 +30,7 @@ from dataclasses import replace
 import grpc
 
 from agent.deviceplugin.model import PluginDevice, ResourceDevices
-from agent.deviceplugin.server import ResourceServer, socket_identity
+from agent.deviceplugin.server import ResourceServer, remove_stale_staging, socket_identity
 from agent.deviceplugin.v1beta1 import KUBELET_SOCKET_NAME, VERSION, api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,7 @@ class DevicePlugins:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> DevicePlugins:
+        remove_stale_staging(self.socket_dir)
         self._thread.start()
         return self
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 
@@ -118,6 +120,59 @@ class _Service(api_pb2_grpc.DevicePluginServicer):
         return api_pb2.PreStartContainerResponse()
 
 
+SOCKET_MODE = 0o600
+"""Our sockets' mode, whatever the umask: only the owner (root in the DaemonSet) connects.
+kubelet, the one client, runs as root; it keeps the directory at 0750 and binds its own
+kubelet.sock plainly (kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go:
+``os.MkdirAll(s.socketDir, 0750)``, ``net.Listen("unix", ...)``), so nothing else needs in."""
+
+
+STAGING_PREFIX = ".nfa-"
+STALE_STAGING = 60.0
+"""A staging directory older than this (seconds) was left by a process killed mid-bind."""
+
+
+def remove_stale_staging(directory: str) -> None:
+    """Remove staging directories a killed process left (kubelet's start-up keeps directories:
+    pkg/kubelet/cm/devicemanager/manager.go ``CleanupPluginDirectory``)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if name.startswith(STAGING_PREFIX) and now - os.lstat(path).st_mtime > STALE_STAGING:
+                for entry in os.listdir(path):
+                    os.unlink(os.path.join(path, entry))
+                os.rmdir(path)
+        except OSError:
+            continue
+
+
+def listen_private(server: grpc.Server, path: str) -> None:
+    """Have ``server`` listen on a unix socket at ``path`` with mode :data:`SOCKET_MODE`.
+
+    The socket is bound in a fresh 0700 directory beside ``path``, set to 0600 there, and
+    renamed into place: ``path`` never exists with the umask's mode (under umask 000 a plain
+    bind makes it 0777, and gRPC listens as soon as it binds, before any chmod could run).
+    The socket keeps working under its new name (a unix socket is found by its inode)."""
+    private = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=os.path.dirname(path) or ".")
+    staged = os.path.join(private, "s")
+    try:
+        if server.add_insecure_port(f"unix://{staged}") == 0:
+            raise OSError(f"cannot listen on {path}")
+        os.chmod(staged, SOCKET_MODE)
+        os.rename(staged, path)
+    finally:
+        try:
+            os.unlink(staged)  # only when the rename did not happen
+        except FileNotFoundError:
+            pass
+        os.rmdir(private)
+
+
 class ResourceServer:
     """The gRPC server of one resource, listening on ``<socket_dir>/<endpoint_name>``."""
 
@@ -168,8 +223,7 @@ class ResourceServer:
             pass
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"dp-{self.endpoint}"))
         api_pb2_grpc.add_DevicePluginServicer_to_server(_Service(self), server)
-        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
+        listen_private(server, self.socket_path)
         server.start()
         with self._cond:
             self._stopped = False

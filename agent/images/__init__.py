@@ -28,6 +28,7 @@ from agent.images.errors import (
                                       InvalidManifestError,
                                       InvalidReferenceError,
                                       NotFoundError,
+                                      PlainHttpRegistryError,
                                       RateLimitedError,
                                       RegistryError,
                                       RegistryUnavailableError,
@@ -39,7 +40,7 @@ from agent.images.resolver import Resolver, ResolverConfig
 
 __all__ = [
     "CounterSnapshot", "Credential", "ImageError", "ImagePlatforms", "ImageReference", "InvalidManifestError",
-    "InvalidReferenceError", "Keyring", "NotFoundError", "Platform", "PullSecretError", "RateLimitedError",
+    "InvalidReferenceError", "Keyring", "NotFoundError", "PlainHttpRegistryError", "Platform", "PullSecretError", "RateLimitedError",
     "RegistryError", "RegistryUnavailableError", "Resolver", "ResolverConfig", "SkippedEntry", "UnauthorizedError",
     "parse_dockercfg", "parse_dockerconfigjson", "parse_pull_secret", "parse_reference",
 ]

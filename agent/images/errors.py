@@ -66,6 +66,14 @@ class RegistryUnavailableError(ImageError):
     transient = True
 
 
+class PlainHttpRegistryError(RegistryUnavailableError):
+    """The registry answered a TLS handshake in plain HTTP: it is reached over HTTPS because no
+    ``--insecure-registry`` entry names it. Not transient: only that flag (or the registry's
+    configuration) changes the answer."""
+
+    transient = False
+
+
 class InvalidManifestError(ImageError):
     """The registry answered, but with something unusable: a body whose sha256 is not its
     digest, over a size or entry cap, not JSON, an unknown media type, or an image whose

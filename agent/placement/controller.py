@@ -356,8 +356,7 @@ class Controller:
         if created is not None:
             self.metrics.gate_seconds.observe(max(0.0, self._wall() - created))
         self.metrics.pods.labels(outcome).inc()
-        self.events.post(written, reason, message, event_type)
-        log.info("pod %s/%s: %s (%s)", namespace, name, reason, outcome, extra={"event": outcome})
+        self.events.post(written, reason, message, event_type)  # logged there, at the Event's level
 
     def _refused(self, pod: Json, exc: Any, plain_on_refusal: bool) -> None:
         meta = pod.get("metadata") or {}

@@ -43,7 +43,11 @@ class PodEvents:
         self.posted = 0
 
     def post(self, pod: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal") -> None:
+        """Post the Event and log it at its own level: a Warning Event is a WARNING record."""
         body = event_body(pod, reason, message, event_type, self.instance)
+        namespace, name = body["involvedObject"]["namespace"], body["involvedObject"]["name"]
+        log.log(logging.WARNING if event_type == "Warning" else logging.INFO, "pod %s/%s: %s: %s", namespace, name,
+                reason, body["message"], extra={"event": reason})
         try:
             self.api.create_event(str(body["metadata"]["namespace"]), body)
             self.posted += 1

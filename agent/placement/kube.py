@@ -75,12 +75,3 @@ class PlacementApi(LightCoreV1Api):
         return _json(self._call("PATCH", LEASES + "/{name}", {"namespace": namespace, "name": name}, body=body,
                                 content_type=MERGE_PATCH))
 
-
-def connect(kubeconfig: str | None) -> PlacementApi:
-    """From a kubeconfig file, or the in-cluster service account when it is empty (the node
-    agent's ``load_configuration``: urllib3 retries off, the controller retries itself)."""
-    from kubernetes.client.api_client import ApiClient
-
-    from agent.reconcile.node_api import load_configuration
-
-    return PlacementApi(ApiClient(load_configuration(kubeconfig)))

@@ -167,21 +167,6 @@ def node_answer_problem(answer: Mapping[str, Any], name: str) -> str:
     return ""
 
 
-def load_configuration(kubeconfig: str | None) -> k8s_client.Configuration:
-    """The client ``Configuration`` from a kubeconfig file, or the in-cluster service account
-    when ``kubeconfig`` is empty. urllib3's own retries are switched off: the reconciler's
-    backoff is the single retry policy (and the write counts in tests are exact)."""
-    from kubernetes import config as k8s_config
-
-    configuration = k8s_client.Configuration()
-    # kubernetes.config carries no annotations (the generated client does)
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.retries = False
-    return configuration
-
 
 class NodeApi:
     """The handful of calls the agent makes on its own Node, returning JSON dicts."""
@@ -193,7 +178,7 @@ class NodeApi:
     @classmethod
     def from_configuration(cls, configuration: k8s_client.Configuration, *,
                            request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> NodeApi:
-        """A ``NodeApi`` on a fresh ``ApiClient`` for ``configuration`` (:func:`load_configuration`)."""
+        """A ``NodeApi`` on a fresh ``ApiClient`` for ``configuration`` (``agent.kube.connect``)."""
         return cls(LightCoreV1Api(ApiClient(configuration)), request_timeout=request_timeout)
 
     def _json(self, operation: str, call: Callable[..., Any], *args: Any, node: str = "", **kwargs: Any

@@ -189,6 +189,11 @@ class Agent:
         log.info("agent stopped", extra={"node": self.settings.node_name, "event": "stopped"})
         return finished
 
+    def resync(self) -> None:
+        """A full pass now, as the periodic resync: rules and ``--config`` re-read, every source
+        rediscovered, the Node reconciled (``run``'s SIGHUP)."""
+        self.queue.put(q.RESYNC, sources=None)
+
     def _sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
             raise Stopping()
@@ -272,7 +277,7 @@ class Agent:
         if not self.settings.config_path:
             return None
         return WorkerConfigState(self.settings.config_path, self.settings.node_name,
-                                 on_rejected=self._config_rejected)
+                                 on_rejected=self._config_rejected, initial=self.settings.worker_config)
 
     def _config_edited(self) -> None:
         """As ``_rules_edited``, for the --config file: an accepted edit queues a full

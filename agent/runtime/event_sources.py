@@ -92,6 +92,7 @@ class SocketSource:
             if os.path.exists(path) and not os.path.isdir(path):
                 os.unlink(path)  # a stale socket from a previous run
             sock.bind(path)
+            os.chmod(path, 0o600)  # whatever the umask: only the owner may inject events
         except OSError as exc:
             sock.close()
             raise EventSourceError(f"cannot bind event socket {path}: {exc}") from exc

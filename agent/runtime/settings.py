@@ -13,6 +13,7 @@ from agent.reconcile import BackoffSettings
 from agent.reconcile.contest import ContestSettings
 from agent.runtime.node_watch import DEFAULT_READ_TIMEOUT, DEFAULT_WATCH_TIMEOUT
 from agent.sources import SOURCE_NAMES
+from agent.worker_config import WorkerConfig
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Settings:
     sources: Sequence[str] = SOURCE_NAMES
     discovery_config: DiscoveryConfig | None = None
     config_path: str = ""  # --config: reloaded on edits (runtime.config_state)
+    worker_config: WorkerConfig | None = None  # --config as the command read it (else read at start)
     sources_from_flag: bool = False  # --sources given: the file's core.featureSources never applies
     rule_options: Any = None
     resync_interval: float = 600.0

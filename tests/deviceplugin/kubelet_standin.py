@@ -18,6 +18,7 @@ real kubelet can show is listed in deploy/README.md ("Device plugin mode").
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from concurrent import futures
@@ -43,11 +44,18 @@ class KubeletStandIn(api_pb2_grpc.RegistrationServicer):
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, wipe: bool = True, path: str | None = None) -> KubeletStandIn:
         """Listen on ``kubelet.sock`` (or on ``path``, to be renamed over it), after wiping the
-        directory's other files as kubelet's start-up does (``wipe``)."""
+        directory's sockets as kubelet's start-up does (``wipe``): every entry but the
+        checkpoint, directories and files that are not sockets kept (kubernetes
+        pkg/kubelet/cm/devicemanager/manager.go ``CleanupPluginDirectory``)."""
         if wipe:
             for name in os.listdir(self.dir):
-                if name != "kubelet_internal_checkpoint":
-                    os.unlink(os.path.join(self.dir, name))
+                path_of = os.path.join(self.dir, name)
+                try:
+                    mode = os.lstat(path_of).st_mode
+                except FileNotFoundError:
+                    continue
+                if name != "kubelet_internal_checkpoint" and stat.S_ISSOCK(mode):
+                    os.unlink(path_of)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         api_pb2_grpc.add_RegistrationServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{path or self.socket}")

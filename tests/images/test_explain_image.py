@@ -89,3 +89,39 @@ def test_errors_are_one_line_quoting_the_registry(token_registry: TokenRegistry,
     assert code == 2 and err.startswith("error: explain-image: pull secret is not JSON")
     code, _, err = explain(capsys, "Not/A/Reference:")
     assert code == 2 and "invalid reference format" in err
+
+
+def _explain_process(*argv: str) -> tuple[int, list[str]]:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-m", "agent", "explain-image", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "Traceback" not in done.stderr
+    return done.returncode, [line for line in done.stderr.splitlines() if line.strip()]
+
+
+def test_a_plain_http_registry_without_the_flag_says_which_flag(plain_registry: RegistryProcess) -> None:
+    """The bare OpenSSL error (``WRONG_VERSION_NUMBER``) told a new user nothing: the one line
+    now says the registry speaks plain HTTP and names the flag with the registry's host:port."""
+    host = plain_registry.host
+    code, lines = _explain_process(f"{host}/test/multi:1", "--timeout", "10")
+    assert code == 2 and len(lines) == 1, lines
+    assert f"{host} speaks plain HTTP, not TLS: if that is intended, pass --insecure-registry {host}" in lines[0]
+
+
+def test_insecure_registry_without_the_port_is_named_as_the_miss(plain_registry: RegistryProcess) -> None:
+    """``--insecure-registry HOST`` matches HOST on the default port only, as Docker's
+    insecure-registries (an entry is the reference's host[:port], matched whole: moby
+    registry/config.go isSecureIndex); against HOST:PORT the error now says so."""
+    host = plain_registry.host
+    bare = host.rsplit(":", 1)[0]
+    code, lines = _explain_process(f"{host}/test/multi:1", "--insecure-registry", bare, "--timeout", "10")
+    assert code == 2 and len(lines) == 1, lines
+    assert f"--insecure-registry {bare} names no port" in lines[0]
+    assert lines[0].endswith(f"so pass --insecure-registry {host}")
+    code, _ = _explain_process(f"{host}/test/multi:1", "--insecure-registry", host, "--timeout", "10")
+    assert code == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,8 +100,11 @@ def test_a_windows_only_image_never_lands_on_linux(server: FakeApiServer, regist
     assert feasible_nodes(pod, NODES) == ["win"]
 
 
-def test_the_pod_s_own_choice_is_kept_and_a_conflict_is_said(server: FakeApiServer, registry: RegistryProcess) -> None:
-    """Admission leaves such pods alone; one gated some other way is ungated untouched."""
+def test_the_pod_s_own_choice_is_kept_and_a_conflict_is_said(server: FakeApiServer, registry: RegistryProcess,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Admission leaves such pods alone; one gated some other way is ungated untouched. Each
+    Event is logged at its own level: the Warning at WARNING, the Normal at INFO."""
+    caplog.set_level(logging.INFO, logger="agent.placement")
     for name, arch in (("pinned", "arm64"), ("wrong", "s390x")):
         server.create_pod("apps", {"metadata": {"name": name, "labels": {podspec.SELECTOR_LABEL: podspec.GATED}},
                                    "spec": {"containers": [{"name": "c", "image": image(registry, "pair")}],
@@ -111,6 +115,9 @@ def test_the_pod_s_own_choice_is_kept_and_a_conflict_is_said(server: FakeApiServ
         wait_event(server, "wrong", "ArchConflict")
     assert terms_of(pinned) == [] and terms_of(wrong) == []
     assert [e[0] for e in events_for(server, "pinned")] == ["ArchResolved"]
+    levels = {(r.getMessage().split(": ")[0], r.getMessage().split(": ")[1], r.levelno) for r in caplog.records
+              if getattr(r, "event", "") in ("ArchConflict", "ArchResolved")}
+    assert levels == {("pod apps/wrong", "ArchConflict", logging.WARNING), ("pod apps/pinned", "ArchResolved", logging.INFO)}
 
 
 def test_taint_mode_tolerates_exactly_the_allowed_architectures(server: FakeApiServer, registry: RegistryProcess) -> None:

@@ -6,8 +6,9 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from agent.kube.connect import load_configuration
 from agent.reconcile.light_core import LightCoreV1Api
-from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled, load_configuration
+from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled
 from tests.support.apiserver import FakeApiServer
 
 RAW = {"_preload_content": False, "_request_timeout": (5, 10)}

@@ -63,3 +63,23 @@ def test_state_reports_a_broken_file_once_and_accepts_the_fix(tmp_path):
     path.write_text("core:\n  labelWhiteList: '^usb-'\n")
     assert state.reload() and state.generation == 1 and state.last_error is None
     assert state.current.discovery.label_whitelist == "^usb-"
+
+
+def test_run_reads_the_file_once_and_reloads_only_a_changed_content(tmp_path):
+    """One route: the configuration ``run`` checked before starting is the one the agent
+    starts with (the same object, never a second read that could see another content), and a
+    reload of the same bytes changes nothing; an edit made after the command read the file is
+    taken on the next reload."""
+    from agent.cli import build_parser
+    from agent.commands.run import settings_from_args
+
+    path = tmp_path / "nfd-worker.conf"
+    path.write_text("core:\n  labelWhiteList: '^pci-'\n")
+    args = build_parser().parse_args(["run", "--config", str(path), "--node-name", "n", "--host-root", "/"])
+    settings = settings_from_args(args)
+    assert settings.worker_config is not None and settings.worker_config.digest
+    state = WorkerConfigState(settings.config_path, initial=settings.worker_config)
+    assert state.current is settings.worker_config
+    assert not state.reload() and state.generation == 0
+    path.write_text("core:\n  labelWhiteList: '^usb-'\n")
+    assert state.reload() and state.current.discovery.label_whitelist == "^usb-"

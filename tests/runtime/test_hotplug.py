@@ -2,6 +2,7 @@
 
 import os
 import socket
+import stat
 import threading
 
 import pytest
@@ -82,7 +83,12 @@ def test_a_failing_handler_does_not_stop_delivery():
 
 def test_inject_socket_binds_and_reports_unusable_paths(tmp_path):
     path = str(tmp_path / "uevents.sock")
-    source = open_source(f"inject:{path}")
+    old = os.umask(0)
+    try:
+        source = open_source(f"inject:{path}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # under umask 000 a plain bind is 0777
     sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         sender.sendto(encode_kernel_uevent("add", CORAL_DEVPATH, "usb"), path)

@@ -29,3 +29,29 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
+
+{{/* The admission step placement uses on this cluster (deploy/README.md "Architecture-aware
+placement"). MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes
+1.36; its v1beta1 is served on 1.34-1.35 only with the feature gate and runtime-config on, so
+it is judged by the API server's discovery (.Capabilities.APIVersions, which `helm install`
+fills from the cluster; `helm template` takes --kube-version and --api-versions). auto: the v1
+policy where served, else v1beta1 where served, else the webhook (1.30+, the chart's floor). An
+explicit form the cluster cannot serve fails the install, naming the version and what to set:
+a policy object the API server rejects would leave placement without its admission step. */}}
+{{- define "nfa.placementAdmission" -}}
+{{- $mode := .Values.placement.admission -}}
+{{- $kube := .Capabilities.KubeVersion.Version -}}
+{{- $v1 := or (semverCompare ">=1.36.0-0" $kube) (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
+{{- $v1beta1 := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" -}}
+{{- if eq $mode "auto" -}}
+{{- if $v1 }}policy{{ else if $v1beta1 }}policy-v1beta1{{ else }}webhook{{ end -}}
+{{- else if and (eq $mode "policy") (not $v1) -}}
+{{- fail (printf "placement.admission=policy needs MutatingAdmissionPolicy v1 (Kubernetes 1.36 or newer) and this cluster is %s: set placement.admission=auto (policy-v1beta1 where the cluster serves it, else webhook) or webhook" $kube) -}}
+{{- else if and (eq $mode "policy-v1beta1") (not $v1beta1) -}}
+{{- fail (printf "placement.admission=policy-v1beta1 needs the API server to serve admissionregistration.k8s.io/v1beta1 MutatingAdmissionPolicy (1.34 or newer with the MutatingAdmissionPolicy feature gate and runtime-config on) and this cluster (%s) does not: set placement.admission=auto or webhook (helm template: pass --api-versions admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy when it does)" $kube) -}}
+{{- else if has $mode (list "policy" "policy-v1beta1" "webhook" "none") -}}
+{{- $mode -}}
+{{- else -}}
+{{- fail (printf "placement.admission must be auto, policy, policy-v1beta1, webhook or none, not %q" (toString $mode)) -}}
+{{- end -}}
+{{- end -}}
