@@ -36,6 +36,7 @@ import random
 import threading
 import time
 from typing import Any
+from contextlib import nullcontext
 
 from agent.config import claim_policy
 from agent.discovery import DiscoveryConfig
@@ -371,7 +372,8 @@ class Agent:
                 continue
             self._busy_since = time.monotonic()
             try:
-                with self.reconciler.events.deferred():  # one Event per pass (events.aggregate)
+                # one Event per pass (events.aggregate); the cluster watches' work waits for the pass
+                with self.reconciler.events.deferred(), self.cluster.gate if self.cluster else nullcontext():
                     self._process(batch)
             except Stopping:
                 return

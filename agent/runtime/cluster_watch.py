@@ -17,6 +17,11 @@ the objects delivered before (known by digest) are still followed, nothing new i
 and ``on_bounded(why)`` says so (``on_bounded(None)`` once a LIST fits again). A deletion
 while bounded starts a new LIST, the way back under the bound.
 
+``gate`` is held while the thread works on what it read (parsing a page or an event and
+delivering it), never while it waits on the network: the agent holds it for a pass, so a pass
+waits for at most one page's work however many objects arrive meanwhile (a parse holds the
+interpreter until it ends).
+
 The CRDs may not be installed (a cluster without NFD): the server answers 404 for the
 collection. That is one Info line, then a LIST every ``ABSENT_RETRY`` (doubling from 10 s
 to 5 min) until the CRD appears; nothing else waits for it and readiness does not depend on
@@ -31,6 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from agent.reconcile.backoff import Backoff, BackoffSettings
@@ -98,13 +104,15 @@ class CollectionWatch:
                  max_bytes: int = MAX_COLLECTION_BYTES, max_object_bytes: int = MAX_OBJECT_BYTES,
                  max_page_bytes: int = MAX_PAGE_BYTES, on_bounded: Callable[[str | None], None] | None = None,
                  timeout_seconds: int = DEFAULT_WATCH_TIMEOUT, read_timeout: float = DEFAULT_READ_TIMEOUT,
-                 backoff: BackoffSettings = DEFAULT_BACKOFF, absent_backoff: BackoffSettings | None = None) -> None:
+                 backoff: BackoffSettings = DEFAULT_BACKOFF, absent_backoff: BackoffSettings | None = None,
+                 gate: AbstractContextManager[Any] | None = None) -> None:
         self.core, self.kind, self.on_change = core, kind, on_change
         self.path = f"{GROUP_PATH}/{plural}"
         self.node_name = node_name
         self.label_selector = label_selector
         self.bounds = CollectionBounds(kind, max_objects, max_bytes, max_object_bytes, on_bounded)
         self.max_page_bytes = max_page_bytes
+        self.gate = gate if gate is not None else nullcontext()
         self.timeout_seconds, self.read_timeout = timeout_seconds, read_timeout
         self.backoff, self.absent_backoff = Backoff(backoff), Backoff(absent_backoff or ABSENT_RETRY)
         self.digests: dict[Key, str] = {}
@@ -201,16 +209,18 @@ class CollectionWatch:
         metadata: Mapping[str, Any] = {}
         while True:
             self.lists += 1
-            body = self._page(limit, token)
-            if body is None:  # a page over max_page_bytes: ask again for fewer objects
+            raw = self._page(limit, token)
+            if raw is None:  # a page over max_page_bytes: ask again for fewer objects
                 if limit > 1:
                     limit = max(1, limit // 8)
                     continue
                 listing.unreadable(self.max_page_bytes)
                 break
-            for item in body.get("items") or []:
-                if isinstance(item, dict):
-                    listing.add(_key(item), trimmed(item, self.bounds.max_object_bytes))
+            with self.gate:
+                body = json.loads(raw)
+                for item in body.get("items") or []:
+                    if isinstance(item, dict):
+                        listing.add(_key(item), trimmed(item, self.bounds.max_object_bytes))
             metadata = body.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:
@@ -220,14 +230,15 @@ class CollectionWatch:
             log.info("%s objects readable again", self.kind, extra={"node": self.node_name, "event": "crd-present"})
             self.absent = None
         self.absent_backoff.reset()
-        if listing.bounded is None:
-            self._replace(listing.found)
-        else:
-            self._apply(listing.known_changes())
-        self.bounds.report(listing.bounded)
+        with self.gate:
+            if listing.bounded is None:
+                self._replace(listing.found)
+            else:
+                self._apply(listing.known_changes())
+            self.bounds.report(listing.bounded)
 
-    def _page(self, limit: int, token: str) -> Any:
-        """One LIST page as JSON, or None when its body is over ``max_page_bytes`` (not read on)."""
+    def _page(self, limit: int, token: str) -> bytes | None:
+        """One LIST page's body, or None when it is over ``max_page_bytes`` (not read on)."""
         response = self._get(limit=limit, continue_=token or None, _request_timeout=DEFAULT_REQUEST_TIMEOUT)
         chunks, size = [], 0
         try:
@@ -238,7 +249,7 @@ class CollectionWatch:
                 chunks.append(chunk)
         finally:
             response.close()
-        return json.loads(b"".join(chunks))
+        return b"".join(chunks)
 
     def _replace(self, found: dict[Key, dict[str, Any]]) -> None:
         digests = {key: _digest(obj) for key, obj in found.items()}
@@ -281,6 +292,10 @@ class CollectionWatch:
             self._wait(1.0)  # a server ending watches at once: no hot loop
 
     def _event(self, line: bytes) -> None:
+        with self.gate:
+            self._handle(line)
+
+    def _handle(self, line: bytes) -> None:
         try:
             event = json.loads(line)
         except ValueError:

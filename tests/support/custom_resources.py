@@ -162,12 +162,13 @@ class CustomResources:
         if query.get("watch") in ("true", "1"):
             self.server._watch(plural, namespace, match, query, handler)
             return None
-        items, rv = self.server.store.list(plural, namespace, match)
         start = int(base64.b64decode(query["continue"]).decode()) if query.get("continue") else 0
-        limit = int(query["limit"]) if query.get("limit") else len(items)
-        page = items[start:start + limit]
+        limit = int(query["limit"]) if query.get("limit") else None
+        page, rv = self.server.store.list(plural, namespace, match, start=start,
+                                          limit=None if limit is None else limit + 1, shared=True)
         metadata: dict[str, Any] = {"resourceVersion": str(rv)}
-        if start + limit < len(items):
+        if limit is not None and len(page) > limit:
+            page = page[:limit]
             metadata["continue"] = base64.b64encode(str(start + limit).encode()).decode()
         kind = self.available[plural]["spec"]["names"]["listKind"]
         group = self.available[plural]["spec"]["group"]
