@@ -15,7 +15,9 @@ with no spec and its size (``specBytes``), for the caller to refuse. When the ob
 than ``max_objects`` or their specs more than ``max_bytes``, the collection is *bounded*: only
 the objects delivered before (known by digest) are still followed, nothing new is delivered,
 and ``on_bounded(why)`` says so (``on_bounded(None)`` once a LIST fits again). A deletion
-while bounded starts a new LIST, the way back under the bound.
+while bounded is the way back under the bound: it starts a new LIST after a pause (``RELIST``:
+10 s doubling to 5 min while the collection stays bounded, from 10 s again once a LIST fits),
+so a tenant creating and deleting objects costs each agent at most one LIST per pause.
 
 ``gate`` is held while the thread works on what it read (parsing a page or an event and
 delivering it), never while it waits on the network: the agent holds it for a pass, so a pass
@@ -57,6 +59,7 @@ log = logging.getLogger(__name__)
 
 GROUP_PATH = "/apis/nfd.k8s-sigs.io/v1alpha1"
 ABSENT_RETRY = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
+RELIST = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
 PAGE = 500
 DEFAULT_BACKOFF = BackoffSettings()
 
@@ -77,6 +80,10 @@ def trimmed(obj: Mapping[str, Any], max_object_bytes: int | None = None) -> dict
 def _key(obj: Mapping[str, Any]) -> Key:
     metadata = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+class Relist(Exception):
+    """A deletion while bounded: LIST again, after the pause ``RELIST`` sets."""
 
 
 class CollectionAbsent(Exception):
@@ -115,6 +122,7 @@ class CollectionWatch:
         self.gate = gate if gate is not None else nullcontext()
         self.timeout_seconds, self.read_timeout = timeout_seconds, read_timeout
         self.backoff, self.absent_backoff = Backoff(backoff), Backoff(absent_backoff or ABSENT_RETRY)
+        self.relist_backoff = Backoff(RELIST)
         self.digests: dict[Key, str] = {}
         self.delivered = False  # a whole collection went to on_change once (the first read, even empty)
         self.resource_version = ""
@@ -156,6 +164,9 @@ class CollectionWatch:
                 self.backoff.success()
             except WatchExpired:
                 need_list = True
+            except Relist:
+                need_list = True
+                self._pause()
             except CollectionAbsent as exc:
                 self._wait(self._absent(exc.status))
                 need_list = True
@@ -170,6 +181,10 @@ class CollectionWatch:
 
     def _wait(self, seconds: float) -> None:
         self._stop.wait(seconds)
+
+    def _pause(self) -> None:
+        """Before a LIST that a deletion while bounded asked for."""
+        self._wait(self.relist_backoff.next_delay())
 
     def _absent(self, status: int) -> float:
         delay = self.absent_backoff.next_delay()
@@ -232,6 +247,7 @@ class CollectionWatch:
         self.absent_backoff.reset()
         with self.gate:
             if listing.bounded is None:
+                self.relist_backoff.reset()
                 self._replace(listing.found)
             else:
                 self._apply(listing.known_changes())
@@ -316,7 +332,7 @@ class CollectionWatch:
         if kind == "DELETED":
             self._apply({key: None})
             if self.bounds.bounded is not None:
-                raise WatchExpired()  # room again, perhaps: a LIST tells
+                raise Relist()  # room again, perhaps: a LIST tells
             return
         found = trimmed(obj, self.bounds.max_object_bytes)
         if self.bounds.admit(key, found, known=key in self.digests):

@@ -270,7 +270,7 @@ def test_the_watch_keeps_digests_only_and_a_bound_holds_instead_of_dropping() ->
     event("ADDED", "d", {"rules": []})
     event("MODIFIED", "a", {"rules": []})  # no change: nothing delivered
     event("MODIFIED", "a", {"rules": [{"name": "x"}]})  # a known object is still followed
-    with pytest.raises(cluster_watch.WatchExpired):  # a deletion while bounded: LIST again
+    with pytest.raises(cluster_watch.Relist):  # a deletion while bounded: LIST again (after a pause)
         event("DELETED", "b", None)
     assert [(sorted(k[1] for k in changes), everything) for changes, everything in delivered] == \
         [(["a"], False), (["b"], False), (["a"], False), (["b"], False)]
