@@ -35,8 +35,8 @@ import os
 import random
 import threading
 import time
-from typing import Any
 from contextlib import nullcontext
+from typing import Any
 
 from agent.config import claim_policy
 from agent.discovery import DiscoveryConfig
