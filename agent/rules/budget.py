@@ -45,7 +45,7 @@ MAX_RULES_PER_OBJECT = 100
 MAX_OUTPUTS = 1000
 MAX_OUTPUT_BYTES = 64 * 1024
 MAX_MATCHERS = 20_000
-MAX_TEMPLATE_RENDERS = 128
+MAX_TEMPLATE_RENDERS = 32
 #: one render of a cluster object's template: work units and output characters (a rule file's
 #: templates keep the engine's own, larger budget)
 TEMPLATE_STEPS = 5_000
