@@ -88,6 +88,8 @@ def _node_after(tmp_path: Path, files: dict[str, Any], objects: list[dict[str, A
         agent = start_agent(server, rules, tmp_path)
         try:
             wait_for(lambda: "example.com/e2e-instance-x" in labels_of(server), what="third-party labels")
+            # the extended resources are a second write (status), after the labels'
+            wait_for(lambda: "sgx.intel.com/epc" in published(server)[1], what="extended resources")
             return published(server)
         finally:
             agent.stop(timeout=5)
