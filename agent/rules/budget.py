@@ -30,8 +30,10 @@ MAX_NODE_FEATURE_OBJECTS = 100
 MAX_OBJECT_BYTES = 256 * 1024
 #: bytes of the ``spec``s kept per kind, all objects together
 MAX_COLLECTION_BYTES = 4 * 1024 * 1024
-#: bytes of one LIST page read; a larger page is asked again with fewer objects
-MAX_PAGE_BYTES = 4 * 1024 * 1024
+#: bytes of one LIST page read; a larger page is asked again with fewer objects. Any one object
+#: the API server accepts (1.5 MiB) fits with its envelope; a page is parsed in one go, which a
+#: pass may wait for (``cluster_watch``), so no larger
+MAX_PAGE_BYTES = 2 * 1024 * 1024
 
 #: one NodeFeatureRule object
 MAX_RULES_PER_OBJECT = 100
@@ -43,7 +45,7 @@ MAX_RULES_PER_OBJECT = 100
 MAX_OUTPUTS = 1000
 MAX_OUTPUT_BYTES = 64 * 1024
 MAX_MATCHERS = 20_000
-MAX_TEMPLATE_RENDERS = 128
+MAX_TEMPLATE_RENDERS = 32
 #: one render of a cluster object's template: work units and output characters (a rule file's
 #: templates keep the engine's own, larger budget)
 TEMPLATE_STEPS = 5_000

@@ -208,13 +208,19 @@ def run_rule(rule: Rule, features: Mapping[str, Feature]) -> RuleResult:
     )
 
 
+def _reads_matched(rule: Rule) -> bool:
+    terms = (*rule.match_features, *(term for branch in rule.match_any for term in branch.terms))
+    return any(term.feature == RULE_MATCHED for term in terms)
+
+
 def evaluate_rules(catalogue: Catalogue, features: Mapping[str, Feature], node_labels: Mapping[str, str]) -> EvaluationResult:
     """Run every rule in order; ``features`` are not modified."""
     working = dict(features)
     working[NODE_LABEL] = attribute_feature(node_labels, "node labels")
     result = EvaluationResult()
     for rule in catalogue.rules():
-        working[RULE_MATCHED] = attribute_feature(result.matched_vars, "earlier rules")
+        if _reads_matched(rule):  # built only for the rules that read it: a copy of every earlier output
+            working[RULE_MATCHED] = attribute_feature(result.matched_vars, "earlier rules")
         outcome = run_rule(rule, working)
         result.rules.append(outcome)
         if outcome.matched:

@@ -35,6 +35,7 @@ import os
 import random
 import threading
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from agent.config import claim_policy
@@ -376,7 +377,8 @@ class Agent:
                 continue
             self._busy_since = time.monotonic()
             try:
-                with self.reconciler.events.deferred():  # one Event per pass (events.aggregate)
+                # one Event per pass (events.aggregate); the cluster watches' work waits for the pass
+                with self.reconciler.events.deferred(), self.cluster.gate if self.cluster else nullcontext():
                     self._process(batch)
             except Stopping:
                 return

@@ -80,6 +80,9 @@ class ClusterObjects:
         self.generation = 0
         self.notes: list[str] = []  # said once each: taints not applied
         self._lock = threading.Lock()
+        #: held by the watches while they work on what they read and by the agent for a pass
+        #: (``CollectionWatch``'s ``gate``): a pass waits for at most one page's work
+        self.gate = threading.Lock()
         # name -> (digest, the version in force, its problems, its cost)
         self._rules: dict[str, tuple[str, RuleSet | None, tuple[Problem, ...], Cost]] = {}
         self._in_use: tuple[RuleSet, ...] | None = None  # the rule sets evaluated; None: none within budget yet
@@ -100,12 +103,12 @@ class ClusterObjects:
             CollectionWatch(core, "nodefeaturerules", RULES, self.rules_changed,
                             node_name=self.node_name, max_objects=MAX_RULE_OBJECTS, max_bytes=MAX_COLLECTION_BYTES,
                             max_object_bytes=MAX_OBJECT_BYTES, on_bounded=lambda why: self.bounded(RULES, why),
-                            **watch_options),
+                            gate=self.gate, **watch_options),
             CollectionWatch(core, "nodefeatures", FEATURES, self.node_features_changed,
                             node_name=self.node_name, label_selector=f"{NODE_NAME_LABEL}={self.node_name}",
                             max_objects=MAX_NODE_FEATURE_OBJECTS, max_bytes=MAX_COLLECTION_BYTES,
                             max_object_bytes=MAX_OBJECT_BYTES, on_bounded=lambda why: self.bounded(FEATURES, why),
-                            **watch_options),
+                            gate=self.gate, **watch_options),
         ]
 
     def start(self, core: Any, **watch_options: Any) -> ClusterObjects:

@@ -15,7 +15,14 @@ with no spec and its size (``specBytes``), for the caller to refuse. When the ob
 than ``max_objects`` or their specs more than ``max_bytes``, the collection is *bounded*: only
 the objects delivered before (known by digest) are still followed, nothing new is delivered,
 and ``on_bounded(why)`` says so (``on_bounded(None)`` once a LIST fits again). A deletion
-while bounded starts a new LIST, the way back under the bound.
+while bounded is the way back under the bound: it starts a new LIST after a pause (``RELIST``:
+10 s doubling to 5 min while the collection stays bounded, from 10 s again once a LIST fits),
+so a tenant creating and deleting objects costs each agent at most one LIST per pause.
+
+``gate`` is held while the thread works on what it read (parsing a page or an event and
+delivering it), never while it waits on the network: the agent holds it for a pass, so a pass
+waits for at most one page's work however many objects arrive meanwhile (a parse holds the
+interpreter until it ends).
 
 The CRDs may not be installed (a cluster without NFD): the server answers 404 for the
 collection. That is one Info line, then a LIST every ``ABSENT_RETRY`` (doubling from 10 s
@@ -31,6 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from agent.reconcile.backoff import Backoff, BackoffSettings
@@ -51,6 +59,7 @@ log = logging.getLogger(__name__)
 
 GROUP_PATH = "/apis/nfd.k8s-sigs.io/v1alpha1"
 ABSENT_RETRY = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
+RELIST = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
 PAGE = 500
 DEFAULT_BACKOFF = BackoffSettings()
 
@@ -71,6 +80,10 @@ def trimmed(obj: Mapping[str, Any], max_object_bytes: int | None = None) -> dict
 def _key(obj: Mapping[str, Any]) -> Key:
     metadata = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+class Relist(Exception):
+    """A deletion while bounded: LIST again, after the pause ``RELIST`` sets."""
 
 
 class CollectionAbsent(Exception):
@@ -98,15 +111,18 @@ class CollectionWatch:
                  max_bytes: int = MAX_COLLECTION_BYTES, max_object_bytes: int = MAX_OBJECT_BYTES,
                  max_page_bytes: int = MAX_PAGE_BYTES, on_bounded: Callable[[str | None], None] | None = None,
                  timeout_seconds: int = DEFAULT_WATCH_TIMEOUT, read_timeout: float = DEFAULT_READ_TIMEOUT,
-                 backoff: BackoffSettings = DEFAULT_BACKOFF, absent_backoff: BackoffSettings | None = None) -> None:
+                 backoff: BackoffSettings = DEFAULT_BACKOFF, absent_backoff: BackoffSettings | None = None,
+                 gate: AbstractContextManager[Any] | None = None) -> None:
         self.core, self.kind, self.on_change = core, kind, on_change
         self.path = f"{GROUP_PATH}/{plural}"
         self.node_name = node_name
         self.label_selector = label_selector
         self.bounds = CollectionBounds(kind, max_objects, max_bytes, max_object_bytes, on_bounded)
         self.max_page_bytes = max_page_bytes
+        self.gate = gate if gate is not None else nullcontext()
         self.timeout_seconds, self.read_timeout = timeout_seconds, read_timeout
         self.backoff, self.absent_backoff = Backoff(backoff), Backoff(absent_backoff or ABSENT_RETRY)
+        self.relist_backoff = Backoff(RELIST)
         self.digests: dict[Key, str] = {}
         self.delivered = False  # a whole collection went to on_change once (the first read, even empty)
         self.resource_version = ""
@@ -148,6 +164,9 @@ class CollectionWatch:
                 self.backoff.success()
             except WatchExpired:
                 need_list = True
+            except Relist:
+                need_list = True
+                self._pause()
             except CollectionAbsent as exc:
                 self._wait(self._absent(exc.status))
                 need_list = True
@@ -162,6 +181,10 @@ class CollectionWatch:
 
     def _wait(self, seconds: float) -> None:
         self._stop.wait(seconds)
+
+    def _pause(self) -> None:
+        """Before a LIST that a deletion while bounded asked for."""
+        self._wait(self.relist_backoff.next_delay())
 
     def _absent(self, status: int) -> float:
         delay = self.absent_backoff.next_delay()
@@ -201,16 +224,18 @@ class CollectionWatch:
         metadata: Mapping[str, Any] = {}
         while True:
             self.lists += 1
-            body = self._page(limit, token)
-            if body is None:  # a page over max_page_bytes: ask again for fewer objects
+            raw = self._page(limit, token)
+            if raw is None:  # a page over max_page_bytes: ask again for fewer objects
                 if limit > 1:
                     limit = max(1, limit // 8)
                     continue
                 listing.unreadable(self.max_page_bytes)
                 break
-            for item in body.get("items") or []:
-                if isinstance(item, dict):
-                    listing.add(_key(item), trimmed(item, self.bounds.max_object_bytes))
+            with self.gate:
+                body = json.loads(raw)
+                for item in body.get("items") or []:
+                    if isinstance(item, dict):
+                        listing.add(_key(item), trimmed(item, self.bounds.max_object_bytes))
             metadata = body.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:
@@ -220,14 +245,16 @@ class CollectionWatch:
             log.info("%s objects readable again", self.kind, extra={"node": self.node_name, "event": "crd-present"})
             self.absent = None
         self.absent_backoff.reset()
-        if listing.bounded is None:
-            self._replace(listing.found)
-        else:
-            self._apply(listing.known_changes())
-        self.bounds.report(listing.bounded)
+        with self.gate:
+            if listing.bounded is None:
+                self.relist_backoff.reset()
+                self._replace(listing.found)
+            else:
+                self._apply(listing.known_changes())
+            self.bounds.report(listing.bounded)
 
-    def _page(self, limit: int, token: str) -> Any:
-        """One LIST page as JSON, or None when its body is over ``max_page_bytes`` (not read on)."""
+    def _page(self, limit: int, token: str) -> bytes | None:
+        """One LIST page's body, or None when it is over ``max_page_bytes`` (not read on)."""
         response = self._get(limit=limit, continue_=token or None, _request_timeout=DEFAULT_REQUEST_TIMEOUT)
         chunks, size = [], 0
         try:
@@ -238,7 +265,7 @@ class CollectionWatch:
                 chunks.append(chunk)
         finally:
             response.close()
-        return json.loads(b"".join(chunks))
+        return b"".join(chunks)
 
     def _replace(self, found: dict[Key, dict[str, Any]]) -> None:
         digests = {key: _digest(obj) for key, obj in found.items()}
@@ -281,6 +308,10 @@ class CollectionWatch:
             self._wait(1.0)  # a server ending watches at once: no hot loop
 
     def _event(self, line: bytes) -> None:
+        with self.gate:
+            self._handle(line)
+
+    def _handle(self, line: bytes) -> None:
         try:
             event = json.loads(line)
         except ValueError:
@@ -301,7 +332,7 @@ class CollectionWatch:
         if kind == "DELETED":
             self._apply({key: None})
             if self.bounds.bounded is not None:
-                raise WatchExpired()  # room again, perhaps: a LIST tells
+                raise Relist()  # room again, perhaps: a LIST tells
             return
         found = trimmed(obj, self.bounds.max_object_bytes)
         if self.bounds.admit(key, found, known=key in self.digests):

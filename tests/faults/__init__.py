@@ -40,6 +40,7 @@ out of descriptors (EMFILE)            test_unreadable_host::test_apply_out_of_d
 idle-client flood on the metrics port  test_misuse_matrix::test_a_flood_of_idle_clients_on_the_metrics_port_neither_strips_the_node_nor_kills_the_agent
 NodeFeatureRule taints, NoExecute      runtime/test_hostile_objects::test_taints_from_an_object_need_enable_taints
 >1,000 objects named first, restart    runtime/test_hostile_objects::test_more_objects_than_the_bound_named_first_keep_the_legitimate_label_after_a_restart
+objects created/deleted while bounded  runtime/test_hostile_objects::test_deletions_while_bounded_cost_one_list_per_pause
 one object of 10,000 rules (1.4 MiB)   runtime/test_hostile_objects::test_an_object_with_10000_rules_is_refused_before_it_is_parsed  bench/hostile_objects.py
 ownership record past 256 KiB          reconcile/test_annotation_budget::test_a_record_over_the_annotation_budget_is_not_sent
 placement label removed while gated    placement/test_promises::test_a_gated_pod_whose_label_changes_is_released_without_affinity[None-Warning]  test_misuse_matrix::test_placement_releases_gated_pods_whatever_their_labels_and_cuts_a_silent_registry

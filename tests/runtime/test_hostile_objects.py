@@ -7,10 +7,13 @@ server (NFD's own CRDs, etcd's 1.5 MiB object limit), on the recorded Intel serv
    legitimate object's label (held, one Warning Event, a metric), never removes it.
 3. One object with 10,000 rules (as large as the API server accepts): refused before it is
    parsed, the rest of the cluster's output stays, a Warning Event names it.
+4. A tenant creating and deleting objects while the collection is over its bound: a LIST
+   after each pause (doubling), not one per deletion.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,7 @@ FILE_TAINT = rule_object("admin-file", [{"name": "dedicated", "labels": {"exampl
 @pytest.fixture(autouse=True)
 def quick_absent_retry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cluster_watch, "ABSENT_RETRY", BackoffSettings(initial=0.05, maximum=0.2, jitter=0.0))
+    monkeypatch.setattr(cluster_watch, "RELIST", BackoffSettings(initial=0.05, maximum=0.2, jitter=0.0))
 
 
 def start_agent(server: FakeApiServer, rules_dir: Path, *, enable_taints: bool = False,
@@ -188,3 +192,50 @@ def test_the_server_refuses_an_object_over_etcds_request_limit() -> None:
         with pytest.raises(ApiException) as refused:
             core._call("POST", "/apis/nfd.k8s-sigs.io/v1alpha1/nodefeaturerules", body=too_big)
         assert refused.value.status == 500 and "etcdserver: request is too large" in str(refused.value.body)
+
+
+def test_deletions_while_bounded_cost_one_list_per_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_watch, "RELIST", BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2))
+    pauses: list[float] = []
+    resume = threading.Semaphore(0)
+    bounded: list[str | None] = []
+
+    class Watch(cluster_watch.CollectionWatch):
+        def _pause(self) -> None:  # the pause it would take, held until the test lets it end
+            pauses.append(self.relist_backoff.next_delay())
+            while not resume.acquire(timeout=0.05) and not self._stop.is_set():
+                pass
+
+    def lists() -> int:
+        return sum(1 for r in server.requests if r.path.endswith("/nodefeaturerules") and "watch" not in r.query)
+
+    def churn(times: int) -> None:  # a tenant creating and deleting an object
+        for index in range(times):
+            server.custom.apply(rule_object(f"churn-{index}", [{"name": "x", "matchFeatures": MATCH}]))
+            server.custom.delete("NodeFeatureRule", f"churn-{index}")
+
+    with FakeApiServer(nfd_crds=True) as server:
+        for name in ("a", "b", "c"):
+            server.custom.apply(rule_object(name, [{"name": "x", "matchFeatures": MATCH}]))
+        core = NodeApi.from_configuration(server.client_configuration()).core
+        watch = Watch(core, "nodefeaturerules", "NodeFeatureRule", lambda _changes, _everything: None,
+                      max_objects=2, on_bounded=bounded.append, timeout_seconds=30).start()
+        try:
+            wait_for(lambda: len(bounded) == 1 and bounded[0] is not None, what="bounded at the first LIST")
+            churn(20)
+            wait_for(lambda: len(pauses) == 1, what="a pause after the first deletion")
+            assert lists() == 1  # the deletions while paused asked for nothing
+            resume.release()
+            wait_for(lambda: lists() == 2, what="the LIST after the pause")
+            churn(20)  # still over the bound: the next pause is longer
+            wait_for(lambda: len(pauses) == 2, what="a second pause")
+            assert lists() == 2 and pauses[1] > pauses[0] >= 8.0
+            server.custom.delete("NodeFeatureRule", "c")
+            resume.release()
+            wait_for(lambda: bounded[-1:] == [None], what="within the bound after the LIST")
+            assert lists() == 3
+            churn(1)  # bounded again by a new object, then a deletion: the pause starts over
+            wait_for(lambda: len(pauses) == 3, what="a third pause")
+            assert pauses[2] <= 10.0 and lists() == 3
+        finally:
+            watch.stop(timeout=5)

@@ -23,6 +23,7 @@ import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 import yaml
 
@@ -193,17 +194,39 @@ class CustomResources:
         if query.get("watch") in ("true", "1"):
             self.server._watch(plural, namespace, match, query, handler)
             return None
-        items, rv = self.server.store.list(plural, namespace, match)
         start = int(base64.b64decode(query["continue"]).decode()) if query.get("continue") else 0
-        limit = int(query["limit"]) if query.get("limit") else len(items)
-        page = items[start:start + limit]
+        limit = int(query["limit"]) if query.get("limit") else None
+        page, rv = self.server.store.list(plural, namespace, match, start=start,
+                                          limit=None if limit is None else limit + 1, shared=True)
         metadata: dict[str, Any] = {"resourceVersion": str(rv)}
-        if start + limit < len(items):
+        if limit is not None and len(page) > limit:
+            page = page[:limit]
             metadata["continue"] = base64.b64encode(str(start + limit).encode()).decode()
         kind = self.available[plural]["spec"]["names"]["listKind"]
         group = self.available[plural]["spec"]["group"]
         version = self.available[plural]["spec"]["versions"][0]["name"]
-        return 200, {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "items": page}
+        envelope = json.dumps({"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "items": []},
+                              separators=(",", ":")).encode()
+        self._stream_list(handler, query, envelope.removesuffix(b"[]}") + b"[", page)
+        return None
+
+    def _stream_list(self, handler: _Handler, query: dict[str, str], head: bytes, items: list[dict[str, Any]]) -> None:
+        """Send a LIST one object at a time (chunked), as kube-apiserver streams list encoding: a
+        client that stops reading (a page it finds too large) stops the encoding, and a large LIST
+        does not hold up the server's other requests."""
+        from tests.support.apiserver import RequestRecord
+
+        self.server._record(RequestRecord("GET", unquote(urlsplit(handler.path).path), query, None, "", 200,
+                                          headers=dict(handler.headers.items())))
+        try:
+            handler.start_stream()
+            handler.send_chunk(head)
+            for index, item in enumerate(items):
+                handler.send_chunk((b"," if index else b"") + json.dumps(item, separators=(",", ":")).encode())
+            handler.send_chunk(b"]}")
+            handler.end_stream("clean")
+        except OSError:  # the client went away
+            handler.close_connection = True
 
     def _write(self, method: str, plural: str, namespace: str | None, name: str | None, body: Any) -> dict[str, Any]:
         from tests.support.apiserver import ApiError, invalid_error, status_body
