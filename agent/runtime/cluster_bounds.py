@@ -40,7 +40,6 @@ class Listing:
         self.left_out: list[str] = []
         self.left_out_count = 0
         self.over = False  # a bound was passed: from then on only known objects are kept
-        self.over_bytes = False
         self.cut: str | None = None  # why the LIST stopped before its end
 
     def add(self, key: Key, obj: dict[str, Any]) -> None:
@@ -53,7 +52,7 @@ class Listing:
             self.found[key], self.total = obj, self.total + size
             return
         if not self.over:
-            self._pass_bound(size)
+            self._pass_bound()
         if key in self.known and self.total + size <= b.max_bytes:
             self.found[key], self.total = obj, self.total + size
             return
@@ -61,11 +60,9 @@ class Listing:
         if len(self.left_out) < SHOWN:
             self.left_out.append(_name(key))
 
-    def _pass_bound(self, size: int) -> None:
+    def _pass_bound(self) -> None:
         """The first object over a bound: the unknown objects kept so far go too."""
-        b = self.bounds
         self.over = True
-        self.over_bytes = self.total + size > b.max_bytes and len(self.found) < b.max_objects
         dropped = [k for k in self.found if k not in self.known]
         self.left_out = [_name(k) for k in dropped[:SHOWN]]
         self.left_out_count = len(dropped)
