@@ -66,7 +66,7 @@ def connect(args: argparse.Namespace) -> NodeApi:
     name, ``ConfigurationError`` (exit 2, one line) when the configuration cannot be loaded.
 
     ``apply``, ``clean`` and ``run`` all use the light CoreV1 subset
-    (``agent.reconcile.light_core``): the generated ``CoreV1Api`` costs ~0.9 s of import and 250
+    (``agent.kube.light_core``): the generated ``CoreV1Api`` costs ~0.9 s of import and 250
     generated models, and the image ships without the generated APIs and models
     (Dockerfile)."""
     from agent.reconcile.node_api import NodeApi, load_configuration

@@ -118,7 +118,7 @@ def read_cluster(args: argparse.Namespace, options: RuleOptions) -> ClusterObjec
     from kubernetes.client.api_client import ApiClient
 
     from agent.config import node_name_of
-    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.kube.light_core import LightCoreV1Api
     from agent.reconcile.node_api import load_configuration
     from agent.runtime.cluster_objects import ClusterObjects
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.placement.kube import PlacementApi
-from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.runtime.node_watch import WatchExpired, consume
 
 log = logging.getLogger(__name__)

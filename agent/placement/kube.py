@@ -2,7 +2,7 @@
 
 Built on ``LightCoreV1Api`` (the official client's ``ApiClient``: same auth, TLS, proxies
 and connection pool as the generated API classes, without importing them; see
-``agent/reconcile/light_core.py`` for why). Every method returns the decoded JSON object or
+``agent/kube/light_core.py`` for why). Every method returns the decoded JSON object or
 raises ``kubernetes.client.exceptions.ApiException`` with the server's status.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.reconcile.light_core import LightCoreV1Api
+from agent.kube.light_core import LightCoreV1Api
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"

@@ -24,7 +24,7 @@ from typing import Any
 
 from agent.desired import DesiredNodeState, Problem, Taint
 from agent.reconcile import events as ev
-from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.reconcile.claims import (
     ClaimPolicy,
     adopt_matching,

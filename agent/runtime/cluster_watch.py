@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
 from agent.runtime.node_watch import (
     DEFAULT_READ_TIMEOUT,

@@ -7,7 +7,7 @@ LIST with ``fieldSelector=metadata.name=<node>``
 that version with ``allowWatchBookmarks`` and ``timeoutSeconds``; on each event remember the
 version; when the server ends the stream, watch again from the last version at once; on 410 Gone
 (HTTP or an in-stream ERROR) LIST again; on network errors and 5xx back off (client-go's
-reflector policy, ``agent.reconcile.backoff``) and watch again. The stream is parsed here
+reflector policy, ``agent.kube.backoff``) and watch again. The stream is parsed here
 (not with ``kubernetes.watch.Watch``, whose 410 and bookmark handling varies by version).
 A client-side read timeout longer than the server's silences (bookmarks about every minute,
 kubelet's status report at most every 5 minutes) catches half-open connections.
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
@@ -288,7 +288,7 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 
 def _retry_after(exc: Any) -> float | None:
-    from agent.reconcile.backoff import parse_retry_after
+    from agent.kube.backoff import parse_retry_after
 
     headers = getattr(exc, "headers", None) or {}
     try:

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from agent.reconcile.backoff import BackoffSettings
+from agent.kube.backoff import BackoffSettings
 from agent.runtime.node_watch import NodeWatcher, relevant
 from tests.runtime.helpers import wait_for
 from tests.support.apiserver import FakeApiServer

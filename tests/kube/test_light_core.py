@@ -6,7 +6,7 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from agent.reconcile.light_core import LightCoreV1Api
+from agent.kube.light_core import LightCoreV1Api
 from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled, load_configuration
 from tests.support.apiserver import FakeApiServer
 
