@@ -129,7 +129,7 @@ class Reflector:
                  settings: ReflectorSettings = ReflectorSettings(),
                  label_selector: str | None = None, field_selector: str | None = None,
                  on_ignored: Callable[[str, str], None] | None = None, node: str = "") -> None:
-        self.client = client if isinstance(client, LightCoreV1Api) else LightCoreV1Api(client.api_client)
+        self.client = client  # a LightCoreV1Api, or any client with its ``api_client`` (the generated API)
         self.path, self.kind, self.handler, self.name = path, kind, handler, name
         self.settings = settings
         self.label_selector, self.field_selector = label_selector, field_selector
@@ -173,7 +173,7 @@ class Reflector:
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
         if self.settings.initial_delay:
-            self._stop.wait(self.settings.initial_delay)
+            self._wait(self.settings.initial_delay)
         need_list = True
         while not self._stop.is_set():
             try:
@@ -188,13 +188,17 @@ class Reflector:
                 need_list = True
             except Absent as exc:
                 self.handler.absent(exc.status)
-                self._stop.wait(self.absent_backoff.next_delay())
+                self._wait(self.absent_backoff.next_delay())
                 need_list = True
             except Exception as exc:  # noqa: BLE001 - any failure of a watch is retried after the backoff
                 if self._stop.is_set():
                     return
                 self._error(exc)
                 need_list = need_list or not self.resource_version
+
+    def _wait(self, seconds: float) -> None:
+        """Every pause of the loop (ends at once on ``stop``)."""
+        self._stop.wait(seconds)
 
     def _error(self, exc: Exception) -> None:
         retry_after = _retry_after(exc)
@@ -203,11 +207,12 @@ class Reflector:
             delay = min(delay, self.settings.max_delay)
         log.warning("%s failed (%s); retrying in %.1fs", self.name, describe(exc), delay,
                     extra={"node": self.node, "event": "watch-error"})
-        self._stop.wait(delay)
+        self._wait(delay)
 
     def _request(self, **query: Any) -> Any:
+        client = self.client if isinstance(self.client, LightCoreV1Api) else LightCoreV1Api(self.client.api_client)
         try:
-            return self.client.list_collection(self.path, label_selector=self.label_selector,
+            return client.list_collection(self.path, label_selector=self.label_selector,
                                                field_selector=self.field_selector, _preload_content=False, **query)
         except ApiException as exc:
             if exc.status == 410:
@@ -278,7 +283,7 @@ class Reflector:
         elif lasted < QUICK_END:
             self._quick_ends += 1  # client-go's "very short watch": paced, not a hot loop
             if self._quick_ends > 1:
-                self._stop.wait(min(self.settings.quick_end_max_wait, 0.05 * 2 ** (self._quick_ends - 2)))
+                self._wait(min(self.settings.quick_end_max_wait, 0.05 * 2 ** (self._quick_ends - 2)))
         else:
             self._quick_ends = 0  # a quiet stream the server ended at its timeout
 

@@ -36,12 +36,6 @@ class PlacementApi(LightCoreV1Api):
             query.append(("continue", continue_token))
         return _json(self._call("GET", "/api/v1/pods", query=query, _request_timeout=timeout))
 
-    def watch_pods(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Any:
-        """The open watch response (read it with ``agent.runtime.node_watch.consume``)."""
-        query = [("labelSelector", label_selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
-                 ("resourceVersion", resource_version), ("timeoutSeconds", str(timeout_seconds))]
-        return self._call("GET", "/api/v1/pods", query=query, _request_timeout=(10.0, timeout_seconds + 30.0))
-
     def get_pod(self, namespace: str, name: str) -> Json:
         return _json(self._call("GET", "/api/v1/namespaces/{namespace}/pods/{name}",
                                 {"namespace": namespace, "name": name}))

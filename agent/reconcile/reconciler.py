@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.desired import DesiredNodeState, Problem, Taint
-from agent.reconcile import events as ev
 from agent.kube.backoff import Backoff, BackoffSettings
+from agent.reconcile import events as ev
 from agent.reconcile.claims import (
     ClaimPolicy,
     adopt_matching,

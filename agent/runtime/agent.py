@@ -152,11 +152,13 @@ class Agent:
                                                    self._config_edited, recursive=False).start()
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
         if self.cluster is not None:
-            self.cluster.start(self.api.core, timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout)
+            self.cluster.start(self.api.core, timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
+                               on_ignored=self.metrics.watch_item_ignored)
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
                                             timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
-                                            backoff=s.backoff, initial_delay=delay).start()
+                                            backoff=s.backoff, initial_delay=delay,
+                                            on_ignored=self.metrics.watch_item_ignored).start()
         self.queue.put(q.STARTUP, sources=None, delay=delay)
         self._worker.start()
         log.info("agent started for node %s (udev mode %s, resync %.0fs, first pass in %.2fs)", s.node_name,

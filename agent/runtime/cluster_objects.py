@@ -24,6 +24,7 @@ from typing import Any
 
 from agent.desired import Problem
 from agent.features import Feature
+from agent.kube.reflector import Absent
 from agent.rules.cluster_rules import parse_rule_object, with_cluster_rules
 from agent.rules.model import Catalogue, RuleOptions, RuleSet
 from agent.rules.node_features import (
@@ -32,7 +33,7 @@ from agent.rules.node_features import (
     join_node_features,
     parse_node_feature,
 )
-from agent.runtime.cluster_watch import Changes, CollectionAbsent, CollectionWatch, Key
+from agent.runtime.cluster_watch import Changes, CollectionWatch, Key
 from agent.runtime.rules_state import problem_key
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class ClusterObjects:
         for watch in self._watches(core):
             try:
                 watch.list_once()
-            except CollectionAbsent as exc:
+            except Absent as exc:
                 notes.append(f"{watch.kind} objects not read: HTTP {exc.status}")
         return notes
 

@@ -260,8 +260,10 @@ def test_the_watch_keeps_digests_only_and_a_bounded_number() -> None:
                                           max_objects=2)
 
     def event(kind: str, name: str, spec: Any) -> None:
-        obj = {"metadata": {"name": name, "resourceVersion": "7", "managedFields": [{"big": "x" * 100}]}, "spec": spec}
-        watch._event(json.dumps({"type": kind, "object": obj}).encode())
+        obj = {"kind": "NodeFeatureRule", "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+               "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "7",
+                            "managedFields": [{"big": "x" * 100}]}, "spec": spec}
+        watch.event(kind, obj)
 
     event("ADDED", "a", {"rules": []})
     event("ADDED", "b", {"rules": []})
@@ -271,6 +273,7 @@ def test_the_watch_keeps_digests_only_and_a_bounded_number() -> None:
     event("DELETED", "b", None)
     assert [(sorted(k[1] for k in changes), everything) for changes, everything in delivered] == \
         [(["a"], False), (["b"], False), (["a"], False), (["b"], False)]
-    assert delivered[2][0][("", "a")] == {"apiVersion": None, "kind": None, "metadata": {"name": "a", "namespace": None},
+    assert delivered[2][0][("", "a")] == {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeatureRule",
+                                          "metadata": {"name": "a", "namespace": None},
                                           "spec": {"rules": [{"name": "x"}]}}
     assert set(watch.digests) == {("", "a")} and all(isinstance(d, str) for d in watch.digests.values())
