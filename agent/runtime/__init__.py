@@ -16,7 +16,6 @@ Modules, one job each:
 ``discovery_cache`` rediscover some sources, keep the cached results of the others
 ``metrics``      the Prometheus registry (one per agent, not the global one)
 ``health``       /metrics, /healthz, /readyz HTTP server
-``affinity``     pure nodeSelector / required nodeAffinity matcher
 ``pod_guard``    Events (and optional evictions) for pods whose placement no longer holds
 ``device_service`` ``--device-plugin=on``: the capacity hand-off to kubelet, this pass's devices
                  to the plugins (``agent.deviceplugin``), the directory watch

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.kube.affinity import pod_fits_node, referenced_label_keys
 from agent.kube.events import EventPoster, Involved, Reporter, event_body
 from agent.reconcile.events import COMPONENT
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT, NodeApi, NodeApiError, classify
-from agent.runtime.affinity import pod_fits_node, referenced_label_keys
 
 log = logging.getLogger(__name__)
 
