@@ -36,13 +36,14 @@ def pod_key(pod: Json) -> str:
 
 class PodInformer:
     def __init__(self, api: PlacementApi, selector: str, on_change: Callable[[str, Json | None], None],
-                 on_synced: Callable[[], None] = lambda: None) -> None:
+                 on_synced: Callable[[], None] = lambda: None,
+                 on_ignored: Callable[[str, str], None] | None = None) -> None:
         self.on_change, self.on_synced = on_change, on_synced
         self._lock = threading.Lock()
         self._pods: dict[str, Json] = {}
         self.synced = threading.Event()
         self.reflector = Reflector(api, "/api/v1/pods", "Pod", self, name="gated-pod watch", settings=SETTINGS,
-                                   label_selector=selector)
+                                   label_selector=selector, on_ignored=on_ignored)
 
     @property
     def lists(self) -> int:
