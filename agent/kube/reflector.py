@@ -22,8 +22,10 @@ check); anything else (junk, an HTML page, a Pod on a Node watch, an object with
 ignored, counted in ``ignored`` by reason and reported to ``on_ignored`` (a metric). A
 stream that carried lines but no usable event is an error (backoff), so a proxy answering
 with junk cannot make the loop spin; a stream that ends within ``QUICK_END`` seconds with no
-line at all is client-go's "very short watch": the first is re-watched at once (a restarting
-server), the following ones wait 50 ms doubling to ``quick_end_max_wait``. A LIST answer must
+line at all is client-go's "very short watch", which client-go backs off as an error; here the
+first is re-watched at once (a server restarting, a load balancer ending idle streams: the
+Node watch is the agent's eyes), the following ones wait 50 ms doubling to
+``quick_end_max_wait``, so even that is no hot loop. A LIST answer must
 be a ``<Kind>List``; its items are checked like events.
 
 ``absent_backoff`` (optional) is the policy for a collection that may not exist: a 404 (CRD
@@ -285,7 +287,8 @@ class Reflector:
             if self._quick_ends > 1:
                 self._wait(min(self.settings.quick_end_max_wait, 0.05 * 2 ** (self._quick_ends - 2)))
         else:
-            self._quick_ends = 0  # a quiet stream the server ended at its timeout
+            self.backoff.success()  # a quiet stream the server ended at its timeout: healthy
+            self._quick_ends = 0
 
     def _line(self, line: bytes) -> int:
         """Handle one event line; 1 if it was a usable event, else 0 (ignored and counted)."""
