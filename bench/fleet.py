@@ -46,8 +46,8 @@ from kubernetes.client import ApiClient  # noqa: E402
 from agent import rules  # noqa: E402
 from agent.discovery import DiscoveryConfig, discover  # noqa: E402
 from agent.hostfs import HostFS  # noqa: E402
+from agent.kube.light_core import LightCoreV1Api  # noqa: E402
 from agent.reconcile import BackoffSettings, NodeApi, Reconciler  # noqa: E402
-from agent.reconcile.light_core import LightCoreV1Api  # noqa: E402
 from agent.runtime.agent import Agent, Settings  # noqa: E402
 from agent.runtime.recording_api import RecordingNodeApi  # noqa: E402
 from tests.support.apiserver import FakeApiServer  # noqa: E402

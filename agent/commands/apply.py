@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
     from agent.discovery import discover
     from agent.hostfs import HostFS
     from agent.kube.connect import api_client
+    from agent.kube.light_core import LightCoreV1Api
     from agent.reconcile import Reconciler
-    from agent.reconcile.light_core import LightCoreV1Api
     from agent.reconcile.node_api import NodeApi
 
     startup = parse_startup_taints(args.startup_taint)

@@ -50,8 +50,8 @@ def clean_pods(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from agent.kube.connect import api_client
+    from agent.kube.light_core import LightCoreV1Api
     from agent.reconcile import Reconciler
-    from agent.reconcile.light_core import LightCoreV1Api
     from agent.reconcile.node_api import NodeApi
 
     if args.pods:

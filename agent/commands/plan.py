@@ -121,7 +121,7 @@ def read_cluster(args: argparse.Namespace, options: RuleOptions) -> ClusterObjec
         raise SystemExit(2)
     from agent.config import node_name_of
     from agent.kube.connect import api_client
-    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.kube.light_core import LightCoreV1Api
     from agent.runtime.cluster_objects import ClusterObjects
 
     cluster = ClusterObjects(node_name_of(args), on_change=lambda: None, options=options,

@@ -140,7 +140,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 def run(args: argparse.Namespace) -> int:
     from agent.kube.connect import api_client
-    from agent.reconcile.light_core import LightCoreV1Api
+    from agent.kube.light_core import LightCoreV1Api
     from agent.reconcile.node_api import NodeApi
     from agent.runtime.agent import Agent
     from agent.runtime.heap import limit_malloc_arenas

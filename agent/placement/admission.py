@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent.kube.affinity import node_selector_terms
 from agent.placement.nodeclasses import ARCH_LABEL
 from agent.placement.podspec import (
     GATE,
@@ -37,8 +38,7 @@ EXCLUDED_NAMESPACES = ("kube-system",)
 
 
 def _arch_in_every_term(spec: Mapping[str, Any]) -> bool:
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-    terms = (required or {}).get("nodeSelectorTerms") or []
+    terms = node_selector_terms(spec)
     return bool(terms) and all(any(e.get("key") == ARCH_LABEL for e in (t.get("matchExpressions") or [])) for t in terms)
 
 

@@ -95,7 +95,8 @@ class Controller:
         self.queue = WorkQueue(clock)
         self.lookups = Lookups(api, config.lookup_ttl, clock)
         self.events = PodEvents(api, config.identity)
-        self.informer = PodInformer(api, f"{podspec.SELECTOR_LABEL}={podspec.GATED}", self._changed)
+        self.informer = PodInformer(api, f"{podspec.SELECTOR_LABEL}={podspec.GATED}", self._changed,
+                                    on_ignored=metrics.watch_item_ignored)
         self._states: dict[str, _PodState] = {}
         self._gated: set[str] = set()
         self._strays: set[str] = set()  # left the selection while gated: read again, released

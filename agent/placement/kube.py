@@ -2,7 +2,7 @@
 
 Built on ``LightCoreV1Api`` (the official client's ``ApiClient``: same auth, TLS, proxies
 and connection pool as the generated API classes, without importing them; see
-``agent/reconcile/light_core.py`` for why). Every method returns the decoded JSON object or
+``agent/kube/light_core.py`` for why). Every method returns the decoded JSON object or
 raises ``kubernetes.client.exceptions.ApiException`` with the server's status.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.reconcile.light_core import LightCoreV1Api
+from agent.kube.light_core import LightCoreV1Api
 
 Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -38,12 +38,6 @@ class PlacementApi(LightCoreV1Api):
         if continue_token:
             query.append(("continue", continue_token))
         return _json(self._call("GET", "/api/v1/pods", query=query, _request_timeout=timeout))
-
-    def watch_pods(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Any:
-        """The open watch response (read it with ``agent.runtime.node_watch.consume``)."""
-        query = [("labelSelector", label_selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
-                 ("resourceVersion", resource_version), ("timeoutSeconds", str(timeout_seconds))]
-        return self._call("GET", "/api/v1/pods", query=query, _request_timeout=(10.0, timeout_seconds + 30.0))
 
     def get_pod(self, namespace: str, name: str) -> Json:
         return _json(self._call("GET", "/api/v1/namespaces/{namespace}/pods/{name}",

@@ -10,6 +10,8 @@
 ``nfa_placement_cache_lookups_total{cache,result}``   tag/platforms cache hits and misses
 ``nfa_placement_cache_hit_ratio``            hits / lookups over both caches since start
 ``nfa_placement_leader``                     1 on the replica holding the Lease
+``nfa_placement_watch_ignored_total{reason}``  gated-pod watch items ignored (undecodable,
+                                             wrong-kind, no-uid)
 """
 
 from __future__ import annotations
@@ -69,8 +71,14 @@ class PlacementMetrics:
         for outcome in OUTCOMES:
             self.pods.labels(outcome)
         self.leader = Gauge("nfa_placement_leader", "1 on the replica holding the leader Lease", registry=r)
+        self.watch_ignored = Counter("nfa_placement_watch_ignored_total",
+                                     "Gated-pod watch items ignored: undecodable, wrong-kind, no-uid", ["reason"],
+                                     registry=r)
         if resolver_counters is not None:
             r.register(_ResolverCollector(resolver_counters))
+
+    def watch_item_ignored(self, _watch: str, reason: str) -> None:
+        self.watch_ignored.labels(reason).inc()
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.kube.affinity import node_selector_terms
 from agent.placement.nodeclasses import ARCH_LABEL, Clause, Requirement
 
 Json = dict[str, Any]
@@ -76,17 +77,6 @@ def images(pod: Mapping[str, Any]) -> tuple[ImageUse, ...]:
     return tuple(ImageUse(ref, always) for ref, always in seen.items())
 
 
-def _required(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    node = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
-    return required if isinstance(required, Mapping) else None
-
-
-def _terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    required = _required(spec)
-    return list((required or {}).get("nodeSelectorTerms") or [])
-
-
 def _arch_values(req: Mapping[str, Any], universe: set[str]) -> set[str]:
     """The architectures of ``universe`` one requirement on ``kubernetes.io/arch`` admits."""
     op, values = req.get("operator"), set(req.get("values") or [])
@@ -105,7 +95,7 @@ def user_arch_choice(pod: Mapping[str, Any], universe: set[str]) -> set[str] | N
     ``nodeSelector``, or in *every* required term); None when it does not (we add ours)."""
     spec = spec_of(pod)
     selector = spec.get("nodeSelector") or {}
-    terms = _terms(spec)
+    terms = node_selector_terms(spec)
     term_archs = [[r for r in (t.get("matchExpressions") or []) if r.get("key") == ARCH_LABEL] for t in terms]
     if ARCH_LABEL not in selector and not (terms and all(term_archs)):
         return None
@@ -136,7 +126,7 @@ def tightened_terms(pod: Mapping[str, Any], clauses: Sequence[Clause]) -> tuple[
     """The required terms after ours are added, and whether we had to narrow (a pod with terms
     can only be ANDed into, so when the allowed nodes need two clauses we keep the first, the
     one without level requirement). ``clauses`` must not be empty."""
-    terms = _terms(spec_of(pod))
+    terms = node_selector_terms(spec_of(pod))
     if not terms:
         return [{"matchExpressions": [r.to_json() for r in c.requirements()]} for c in clauses], False
     chosen: Clause = clauses[0]

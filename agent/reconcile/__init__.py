@@ -2,13 +2,13 @@
 with the desired state, touching only what the agent owns (recorded on the Node itself).
 
 Modules: ``ownership`` (the record) and ``claims`` (checking and rebuilding it), ``diff``
-(pure plan), ``node_api`` (typed API calls), ``backoff`` (retry timing), ``rejections``
+(pure plan), ``node_api`` (typed API calls), ``Backoff`` (retry timing, from ``agent.kube``), ``rejections``
 (items the server refused), ``contest`` (keys another writer keeps changing back),
 ``events`` (Events on the Node) and ``notices`` (what is logged and recorded),
 ``reconciler`` (the loop).
 """
 
-from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.reconcile.diff import plan_node_changes
 from agent.reconcile.model import Change, Clash, LiveNode, NodePlan
 from agent.reconcile.node_api import (

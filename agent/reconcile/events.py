@@ -31,14 +31,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from agent.reconcile.node_api import NodeApi, NodeApiError
+from agent.kube import events as kube_events
+from agent.kube.events import MAX_MESSAGE, NODE_EVENT_NAMESPACE, EventPoster, Involved, Reporter
+from agent.reconcile.node_api import NodeApi
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "node-feature-agent"
-EVENT_NAMESPACE = "default"
+EVENT_NAMESPACE = NODE_EVENT_NAMESPACE
 """Node events live in ``default`` (as kubelet's); ``kubectl describe node`` searches all namespaces."""
-MAX_MESSAGE = 1024
 MAX_BACKLOG = 16
 """Warnings kept for a later retry; the oldest goes first when more fail (logged)."""
 
@@ -72,22 +73,8 @@ def summarize(changes: Iterable[str], limit: int = MAX_MESSAGE) -> str:
 def event_body(node_name: str, node_uid: str, reason: str, message: str, event_type: str,
                now: _dt.datetime) -> dict[str, Any]:
     """A core/v1 Event whose involvedObject is the Node (what ``describe node`` looks up)."""
-    stamp = now.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{node_name}.", "namespace": EVENT_NAMESPACE},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid},
-        "reason": reason,
-        "message": message[:MAX_MESSAGE],
-        "type": event_type,
-        "source": {"component": COMPONENT, "host": node_name},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": node_name,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    return kube_events.event_body(Involved("Node", node_name, uid=node_uid), reason, message, event_type,
+                                  Reporter(COMPONENT, node_name, host=node_name), now)
 
 
 def aggregate(bodies: list[dict[str, Any]], limit: int = MAX_MESSAGE) -> dict[str, Any]:
@@ -126,7 +113,7 @@ class EventRecorder:
         self.node_name = node_name
         self.enabled = enabled
         self._now = now
-        self.failures = 0
+        self._poster = EventPoster(api.create_event, node=node_name)
         self.backlog: collections.deque[dict[str, Any]] = collections.deque()
         self._local = threading.local()  # Events held by this thread's pass (``deferred``)
         self._next_pass: list[dict[str, Any]] = []  # from other threads, for the next pass (hold_for_next_pass)
@@ -231,15 +218,10 @@ class EventRecorder:
         self._keep(parts)
         return 0
 
+    @property
+    def failures(self) -> int:
+        return self._poster.failures
+
     def _post(self, body: dict[str, Any]) -> bool:
-        try:
-            self.api.create_event(EVENT_NAMESPACE, body)
-        except NodeApiError as err:
-            self.failures += 1
-            level = logging.WARNING if self.failures == 1 else logging.DEBUG
-            log.log(level, "could not record Event %s on node %s (%s): %s", body["reason"], self.node_name,
-                    "kept to post again after the next successful pass" if body["type"] == "Warning"
-                    else "the change itself was applied", err,
-                    extra={"node": self.node_name, "event": "event-failed"})
-            return False
-        return True
+        return self._poster.post(body, on_failure="kept to post again after the next successful pass"
+                                 if body["type"] == "Warning" else "the change itself was applied")

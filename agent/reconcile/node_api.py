@@ -33,8 +33,8 @@ from kubernetes import client as k8s_client
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from agent.reconcile.backoff import Backoff, parse_retry_after
-from agent.reconcile.light_core import LightCoreV1Api
+from agent.kube.backoff import Backoff, parse_retry_after
+from agent.kube.light_core import LightCoreV1Api
 
 log = logging.getLogger(__name__)
 

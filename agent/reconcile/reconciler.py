@@ -24,8 +24,8 @@ from typing import Any
 
 from agent.desired import DesiredNodeState, Problem, Taint
 from agent.k8s_validation import ANNOTATIONS_TOTAL_MAX
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.reconcile import events as ev
-from agent.reconcile.backoff import Backoff, BackoffSettings
 from agent.reconcile.claims import (
     ClaimPolicy,
     adopt_matching,

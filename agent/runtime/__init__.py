@@ -9,13 +9,13 @@ Modules, one job each:
 ``hotplug``      monitor thread (blocking select) and the polling fallback
 ``rules_state``  load the catalogue, keep the last good one when an edit breaks it
 ``rules_watch``  watchfiles on the rules directories (ConfigMap ``..data`` swaps included)
-``node_watch``   watch on this Node only: resourceVersion continuation, bookmarks, 410 relist
+``node_watch``   this Node's handler of the reflector (``agent.kube.reflector``): relevance, freshness
+``cluster_watch`` NFD objects' handler of the reflector: digests, the bound on objects
 ``api_metrics``  count Kubernetes API requests by verb and code (wraps the urllib3 pool)
 ``recording_api`` remembers the Node versions our own writes produced (no echo reconciles)
 ``discovery_cache`` rediscover some sources, keep the cached results of the others
 ``metrics``      the Prometheus registry (one per agent, not the global one)
 ``health``       /metrics, /healthz, /readyz HTTP server
-``affinity``     pure nodeSelector / required nodeAffinity matcher
 ``pod_guard``    Events (and optional evictions) for pods whose placement no longer holds
 ``device_service`` ``--device-plugin=on``: the capacity hand-off to kubelet, this pass's devices
                  to the plugins (``agent.deviceplugin``), the directory watch

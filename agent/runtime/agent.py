@@ -56,6 +56,7 @@ from agent.runtime.health import HealthServer
 from agent.runtime.hotplug import HotplugMonitor, Poller
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.node_watch import NodeWatcher
+from agent.runtime.parts import Part, Parts
 from agent.runtime.planner import NodePlanner
 from agent.runtime.pod_guard import PodGuard
 from agent.runtime.recording_api import RecordingNodeApi
@@ -121,6 +122,7 @@ class Agent:
         self._config_generation = 0
         self.node_watcher: NodeWatcher | None = None
         self.http: HealthServer | None = None
+        self.parts = Parts()
         self.passes = 0
         self.last_outcome: ReconcileOutcome | None = None
         self._plan_key: tuple[object, ...] | None = None
@@ -145,22 +147,35 @@ class Agent:
         s = self.settings
         if s.metrics_port is not None:
             self.http = HealthServer(s.metrics_port, self.metrics.render, self.healthy, self.is_ready,
-                                     host=s.metrics_host).start()
-        self.device_events.start()
+                                     host=s.metrics_host)
+            self.parts.start(Part("metrics server", self.http.start, self.http.alive, self.http.stop, after_worker=True))
+        self.parts.start(Part("device events", self.device_events.start, lambda: not self.device_events.dead(),
+                              self.device_events.stop))
         if self.devices is not None:
-            self.devices.start()
+            self.parts.start(Part("device plugin", self.devices.start, self.devices.alive, self.devices.stop,
+                                  after_worker=True))
         if s.watch_rules:
-            self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited).start()
+            self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited)
+            self.parts.start(Part("rules watcher", self.rules_watcher.start, self.rules_watcher.alive,
+                                  self.rules_watcher.stop))
             if self.worker_config is not None:
                 self.config_watcher = RulesWatcher([os.path.dirname(os.path.abspath(s.config_path))],
-                                                   self._config_edited, recursive=False).start()
+                                                   self._config_edited, recursive=False)
+                self.parts.start(Part("config watcher", self.config_watcher.start, self.config_watcher.alive,
+                                      self.config_watcher.stop))
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0
         if self.cluster is not None:
-            self.cluster.start(self.api.core, timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout)
+            cluster = self.cluster
+            self.parts.start(Part("NFD object watch", lambda: cluster.start(
+                self.api.core, timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
+                on_ignored=self.metrics.watch_item_ignored), cluster.alive, cluster.stop))
         if s.watch_node:
             self.node_watcher = NodeWatcher(self.api.core, s.node_name, self._node_changed,
                                             timeout_seconds=s.watch_timeout, read_timeout=s.watch_read_timeout,
-                                            backoff=s.backoff, initial_delay=delay).start()
+                                            backoff=s.backoff, initial_delay=delay,
+                                            on_ignored=self.metrics.watch_item_ignored)
+            self.parts.start(Part("node watch", self.node_watcher.start, self.node_watcher.alive,
+                                  self.node_watcher.stop))
         self.queue.put(q.STARTUP, sources=None, delay=delay)
         self._worker.start()
         log.info("agent started for node %s (udev mode %s, resync %.0fs, first pass in %.2fs)", s.node_name,
@@ -172,10 +187,7 @@ class Agent:
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self.queue.stop()
-        self.device_events.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-        for part in (self.rules_watcher, self.config_watcher, self.node_watcher, self.cluster):
-            if part is not None:
-                part.stop(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        self.parts.stop(deadline, after_worker=False, cap=1.0)
         finished = True
         if self._worker.is_alive():
             self._worker.join(max(0.1, deadline - time.monotonic()))
@@ -183,10 +195,7 @@ class Agent:
             if not finished:
                 log.warning("an API call was still in flight at shutdown; abandoned (labels stay as they are)",
                             extra={"node": self.settings.node_name, "event": "stopped"})
-        if self.devices is not None:
-            self.devices.stop(timeout=max(0.1, min(0.5, deadline - time.monotonic())))
-        if self.http is not None:
-            self.http.stop(timeout=0.5)
+        self.parts.stop(deadline, after_worker=True, cap=0.5)
         log.info("agent stopped", extra={"node": self.settings.node_name, "event": "stopped"})
         return finished
 
@@ -206,11 +215,7 @@ class Agent:
         busy = self._busy_since
         if busy is not None and time.monotonic() - busy > self.settings.stuck_after:
             return False, f"one reconcile pass has been running for {time.monotonic() - busy:.0f}s"
-        dead = self.device_events.dead()
-        for name, part in (("node watch", self.node_watcher), ("rules watcher", self.rules_watcher),
-                           ("device plugin", self.devices), ("config watcher", self.config_watcher)):
-            if part is not None and not part.alive():
-                dead = dead or name
+        dead = self.device_events.dead() or self.parts.dead()
         if dead and not self._stopping.is_set():
             return False, f"{dead} thread died"
         return True, "ok"

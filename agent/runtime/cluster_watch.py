@@ -2,9 +2,10 @@
 
 One ``CollectionWatch`` per kind and agent: ``nodefeaturerules`` (cluster-scoped, every
 object) and ``nodefeatures`` (all namespaces, only this node's, by the
-``nfd.node.kubernetes.io/node-name`` label). The loop is the Node watch's
-(``node_watch``): LIST (paged), WATCH from its resourceVersion with bookmarks, LIST again on
-410, back off on errors. What it keeps is a digest and the size of each object's spec; the
+``nfd.node.kubernetes.io/node-name`` label). The loop follows the reflector's contract
+(``agent.kube.reflector``: LIST (paged), WATCH from its resourceVersion with bookmarks, LIST
+again on 410, back off on errors) and uses its parts (stream lines, ``Expired``, Retry-After),
+but pages and relists itself, for the bounds below. What it keeps is a digest and the size of each object's spec; the
 objects themselves go to ``on_change`` trimmed to kind, name, namespace and spec (no
 managedFields) and are not kept.
 
@@ -41,19 +42,11 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from agent.reconcile.backoff import Backoff, BackoffSettings
+from agent.kube.backoff import Backoff, BackoffSettings
+from agent.kube.reflector import Expired, ReflectorSettings, describe, retry_after_of, stream_lines
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
 from agent.rules.budget import MAX_COLLECTION_BYTES, MAX_OBJECT_BYTES, MAX_PAGE_BYTES
 from agent.runtime.cluster_bounds import CollectionBounds
-from agent.runtime.node_watch import (
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_WATCH_TIMEOUT,
-    MAX_WATCH_DELAY,
-    WatchExpired,
-    _describe,
-    _retry_after,
-    consume,
-)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +55,9 @@ ABSENT_RETRY = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
 RELIST = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
 PAGE = 500
 DEFAULT_BACKOFF = BackoffSettings()
+DEFAULT_WATCH_TIMEOUT = ReflectorSettings.watch_timeout
+DEFAULT_READ_TIMEOUT = ReflectorSettings.read_timeout
+MAX_WATCH_DELAY = ReflectorSettings.max_delay
 
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
@@ -112,7 +108,8 @@ class CollectionWatch:
                  max_page_bytes: int = MAX_PAGE_BYTES, on_bounded: Callable[[str | None], None] | None = None,
                  timeout_seconds: int = DEFAULT_WATCH_TIMEOUT, read_timeout: float = DEFAULT_READ_TIMEOUT,
                  backoff: BackoffSettings = DEFAULT_BACKOFF, absent_backoff: BackoffSettings | None = None,
-                 gate: AbstractContextManager[Any] | None = None) -> None:
+                 gate: AbstractContextManager[Any] | None = None,
+                 on_ignored: Callable[[str, str], None] | None = None) -> None:
         self.core, self.kind, self.on_change = core, kind, on_change
         self.path = f"{GROUP_PATH}/{plural}"
         self.node_name = node_name
@@ -120,6 +117,8 @@ class CollectionWatch:
         self.bounds = CollectionBounds(kind, max_objects, max_bytes, max_object_bytes, on_bounded)
         self.max_page_bytes = max_page_bytes
         self.gate = gate if gate is not None else nullcontext()
+        self.on_ignored = on_ignored
+        self.name = f"watch-{plural}"
         self.timeout_seconds, self.read_timeout = timeout_seconds, read_timeout
         self.backoff, self.absent_backoff = Backoff(backoff), Backoff(absent_backoff or ABSENT_RETRY)
         self.relist_backoff = Backoff(RELIST)
@@ -131,7 +130,7 @@ class CollectionWatch:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"watch-{plural}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> CollectionWatch:
         self._thread.start()
@@ -162,7 +161,7 @@ class CollectionWatch:
                     need_list = False
                 self._watch()
                 self.backoff.success()
-            except WatchExpired:
+            except Expired:
                 need_list = True
             except Relist:
                 need_list = True
@@ -174,7 +173,7 @@ class CollectionWatch:
                 if self._stop.is_set():
                     return
                 delay = min(self.backoff.next_delay(getattr(exc, "retry_after", None)), MAX_WATCH_DELAY)
-                log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, _describe(exc), delay,
+                log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, describe(exc), delay,
                             extra={"node": self.node_name, "event": "watch-error"})
                 self._wait(delay)
                 need_list = need_list or not self.resource_version
@@ -209,8 +208,8 @@ class CollectionWatch:
             if exc.status in (403, 404):
                 raise CollectionAbsent(exc.status) from exc
             if exc.status == 410:
-                raise WatchExpired() from exc
-            exc.retry_after = _retry_after(exc)  # type: ignore[attr-defined]
+                raise Expired() from exc
+            exc.retry_after = retry_after_of(exc)  # type: ignore[attr-defined]
             raise
 
     def list_once(self) -> None:
@@ -300,7 +299,7 @@ class CollectionWatch:
             response.shutdown()
         started = time.monotonic()
         try:
-            count = consume(response, self._stop, self._event)
+            count = _consume(response, self._stop, self._event)
         finally:
             with self._lock:
                 self._response = None
@@ -315,13 +314,17 @@ class CollectionWatch:
         try:
             event = json.loads(line)
         except ValueError:
-            return
+            event = None
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            self._ignore("undecodable")
             return
         kind, obj = event.get("type"), event["object"]
+        if kind in ("ADDED", "MODIFIED", "DELETED") and obj.get("kind") not in (None, self.kind):
+            self._ignore("wrong-kind")
+            return
         if kind == "ERROR":
             if obj.get("code") == 410:
-                raise WatchExpired()
+                raise Expired()
             raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message', '')}")
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if rv:
@@ -337,3 +340,23 @@ class CollectionWatch:
         found = trimmed(obj, self.bounds.max_object_bytes)
         if self.bounds.admit(key, found, known=key in self.digests):
             self._apply({key: found})
+
+    def _ignore(self, reason: str) -> None:
+        """A watch line that is not an event of this kind: skipped, and counted (a metric)."""
+        if self.on_ignored is not None:
+            self.on_ignored(self.name, reason)
+
+
+def _consume(response: Any, stop: threading.Event, handle: Callable[[bytes], None]) -> int:
+    """Hand each event line of a watch response to ``handle`` until the stream ends or ``stop``
+    is set; returns how many. The connection goes back to the pool either way."""
+    count = 0
+    try:
+        for line in stream_lines(response):
+            if stop.is_set():
+                break
+            count += 1
+            handle(line)
+    finally:
+        response.release_conn()
+    return count

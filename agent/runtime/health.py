@@ -2,7 +2,9 @@
 
 ``/metrics``  the agent's registry (text exposition format)
 ``/healthz``  200 while the worker is alive and not stuck in one pass for longer than its
-              limit; 500 otherwise (liveness: kubelet restarts a wedged agent)
+              limit and every part of the agent (``agent.runtime.parts``: each watch, the
+              hotplug monitor, the device plugin) is alive; 500 naming what is not
+              (liveness: kubelet restarts a wedged agent)
 ``/readyz``   200 once the first reconcile of this node succeeded, else 503 (readiness)
 
 Anyone who can reach the port may connect, so the server is bounded: whatever clients do, it

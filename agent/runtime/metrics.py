@@ -77,11 +77,18 @@ class AgentMetrics:
         self.device_plugin_devices = Gauge(
             "nfa_device_plugin_devices", "Devices a device plugin resource advertises to kubelet, by health",
             ["resource", "health"], registry=r)
+        self.watch_ignored = Counter(
+            "nfa_watch_ignored_total",
+            "Watch and LIST items ignored: undecodable, wrong-kind (not the watched kind), no-uid",
+            ["watch", "reason"], registry=r)
         for result in RECONCILE_RESULTS:
             self.reconcile_total.labels(result)
 
     def api_request(self, verb: str, code: str) -> None:
         self.api_requests.labels(verb, code).inc()
+
+    def watch_item_ignored(self, watch: str, reason: str) -> None:
+        self.watch_ignored.labels(watch, reason).inc()
 
     def hotplug(self, subsystem: str, action: str) -> None:
         self.hotplug_events.labels(*metric_labels(subsystem, action)).inc()

@@ -15,16 +15,16 @@ would not accept are left alone. Needs ``deploy/pod-guard-rbac.yaml``.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.kube.affinity import pod_fits_node, referenced_label_keys
+from agent.kube.events import EventPoster, Involved, Reporter, event_body
 from agent.reconcile.events import COMPONENT
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT, NodeApi, NodeApiError, classify
-from agent.runtime.affinity import pod_fits_node, referenced_label_keys
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ class PodGuard:
         self.api = api
         self.node_name = node_name
         self.evict = evict
+        self._reporter = Reporter(COMPONENT, node_name, host=node_name)
+        self._events = EventPoster(api.create_event, node=node_name)
 
     def _pods(self) -> list[dict[str, Any]]:
         try:
@@ -111,19 +113,7 @@ class PodGuard:
         return Orphan(namespace, name, uid, missing, evicted, error)
 
     def _event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
-        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{name}.", "namespace": namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace, "uid": uid},
-                "reason": reason, "message": message[:1024], "type": "Warning",
-                "source": {"component": COMPONENT, "host": self.node_name},
-                "reportingComponent": COMPONENT, "reportingInstance": self.node_name,
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
-        try:
-            self.api.create_event(namespace, body)
-        except NodeApiError as err:
-            log.warning("pod guard: could not record an Event on %s/%s: %s", namespace, name, err,
-                        extra={"node": self.node_name})
+        self._events.post(event_body(Involved("Pod", name, namespace, uid), reason, message, "Warning", self._reporter))
 
 
 def _api_error(exc: BaseException) -> bool:

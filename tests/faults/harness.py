@@ -34,8 +34,8 @@ from agent import rules
 from agent.desired import OWNERSHIP_ANNOTATIONS, DesiredNodeState, Taint
 from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
+from agent.kube.light_core import LightCoreV1Api
 from agent.reconcile import BackoffSettings, NodeApi
-from agent.reconcile.light_core import LightCoreV1Api
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.agent import Agent, Settings
 from agent.runtime.event_sources import SocketSource

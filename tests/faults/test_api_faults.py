@@ -4,6 +4,10 @@ item touched, no owned label flapped), the foreign parts of the Node exactly as 
 
 from __future__ import annotations
 
+import json
+import time
+
+from agent.kube.backoff import BackoffSettings
 from tests.faults.harness import NODE, differences, foreign_view, seeded_foreign, stable
 from tests.runtime.helpers import EDGETPU_LABEL, EDGETPU_RESOURCE, wait_for
 from tests.support.apiserver import SecondWriter
@@ -173,3 +177,34 @@ def test_5s_slow_responses_time_out_and_converge(server, ledger, make_harness):
 
 def has_label(server, key: str) -> bool:
     return key in (server.node(NODE)["metadata"].get("labels") or {})
+
+
+def _event_line(kind: str, obj: dict) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+def test_a_junk_watch_stream_neither_spins_nor_is_taken_as_the_node(server, ledger, make_harness):
+    """An auth proxy answering the Node watch with an HTML page, and a Pod under the Node's name
+    (ADDED, then DELETED): with the shipped backoff (0.5 s doubling) the agent makes a handful of
+    watch requests in two seconds (it made 77-544 a second), counts what it ignored, writes
+    nothing (a Pod taken as the Node looked like a deleted and recreated Node: everything
+    re-applied), and follows the Node again once the stream heals."""
+    h = make_harness(backoff=BackoffSettings()).start()
+    want = h.wait_converged()
+    writes = len(server.writes(NODE))
+    pod = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": NODE, "uid": "pod-uid", "resourceVersion": "999999"}}
+    body = b"<html><body>Please sign in</body></html>\n" + _event_line("ADDED", pod) + _event_line("DELETED", pod)
+    server.faults.stream(body, count=100_000, path="/api/v1/nodes")
+    wait_for(lambda: any(w.drop is None for w in list(server.watches.open)), what="an open watch to drop")
+    server.drop_watches()
+    wait_for(lambda: server.faults.injected, what="the first junk stream served")
+    served = len(server.faults.injected)
+    time.sleep(2.0)  # a window to count requests in; the assertion is on the count
+    assert len(server.faults.injected) - served <= 5
+    assert (h.metric('nfa_watch_ignored_total{reason="wrong-kind",watch="node watch"}') or 0) >= 2
+    assert (h.metric('nfa_watch_ignored_total{reason="undecodable",watch="node watch"}') or 0) >= 1
+    assert len(server.writes(NODE)) == writes and h.agent.healthy()[0]
+    server.faults.clear()
+    _vandalise_and_wait_restored(h, server, want)
+    ledger.assert_clean(want.labels, want.extended_resources)
+    assert foreign_view(server.node(NODE)) == seeded_foreign()

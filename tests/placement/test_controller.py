@@ -137,7 +137,7 @@ def test_a_second_look_before_the_watch_catches_up_sends_no_second_patch(
     released. Here no watch runs at all, so the second look always comes first."""
     gated_pod(server, "apps", "twice", [image(registry, "amd64")])
     placement = InProcess(server, registry.host, FAST)  # not started: no informer thread, no workers
-    placement.controller.informer._list()
+    placement.controller.informer.list_once()
     placement.controller.process("apps/twice")
     placement.controller.process("apps/twice")
     patches = [r for r in server.requests if r.method == "PATCH" and r.path.endswith("/pods/twice")]

@@ -55,7 +55,7 @@ def test_server_error_burst_is_retried_with_exponential_backoff():
         fail_next(server, 503, count=3)
         outcome = make(server, sleeps).reconcile(plan_of(WANT))
         assert outcome.ok and converged(server)
-        assert sleeps.delays == [0.5, 1.0, 2.0]  # random=0: the base delays (agent.reconcile.backoff)
+        assert sleeps.delays == [0.5, 1.0, 2.0]  # random=0: the base delays (agent.kube.backoff)
         assert outcome.writes == 2 == len(node_writes(server))
 
 

@@ -186,7 +186,7 @@ def test_the_server_refuses_an_object_over_etcds_request_limit() -> None:
     with FakeApiServer(nfd_crds=True) as server:
         from kubernetes.client.api_client import ApiClient
 
-        from agent.reconcile.light_core import LightCoreV1Api
+        from agent.kube.light_core import LightCoreV1Api
 
         core = LightCoreV1Api(ApiClient(server.client_configuration()))
         with pytest.raises(ApiException) as refused:

@@ -1,10 +1,11 @@
 """The Node watch against the in-repo API server: what triggers, what does not, recovery."""
 
+import json
 import threading
 
 import pytest
 
-from agent.reconcile.backoff import BackoffSettings
+from agent.kube.backoff import BackoffSettings
 from agent.runtime.node_watch import NodeWatcher, relevant
 from tests.runtime.helpers import wait_for
 from tests.support.apiserver import FakeApiServer
@@ -151,24 +152,44 @@ def test_relevant_ignores_status_noise():
     assert relevant(node) != relevant({**node, "metadata": {**node["metadata"], "uid": "v"}})
 
 
-def test_hostile_stream_lines_are_dropped_and_errors_classified():
-    from agent.runtime.node_watch import WatchExpired
+def event_line(kind, obj):
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
 
-    got = []
-    watcher = NodeWatcher(None, "n1", got.append)
-    watcher._event(b"not json at all")
-    watcher._event(b'["a list"]')
-    watcher._event(b'{"type": "ADDED"}')
-    watcher._event(b'{"type": "MODIFIED", "object": {"metadata": {"name": "other", "resourceVersion": "7"}}}')
-    assert got == [] and watcher.resource_version == "7"
-    watcher._event(b'{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}')
-    assert watcher.resource_version == "9" and got == []
-    watcher._event(b'{"type": "ADDED", "object": {"metadata": {"name": "n1", "resourceVersion": "10", "labels": {"a": "1"}}}}')
-    assert len(got) == 1 and got[0]["kind"] == "Node"
-    with pytest.raises(WatchExpired):
-        watcher._event(b'{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}')
-    with pytest.raises(RuntimeError):
-        watcher._event(b'{"type": "ERROR", "object": {"kind": "Status", "code": 500}}')
+
+def test_hostile_stream_lines_are_dropped_and_only_this_node_is_taken(server, caplog):
+    """Junk, an event without an object, another node, a Pod under the Node's name and a Node
+    without uid are not taken as the Node; a bookmark moves the version; this Node (kind,
+    name, uid) is; an in-stream 410 relists and any other ERROR is an error (backoff)."""
+    rec = Recorder()
+    deleted = threading.Event()
+    watcher = start(server, rec, on_deleted=deleted.set)
+    try:
+        node = server.node("n1")
+        pod = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "n1", "uid": "pod", "resourceVersion": "7"}}
+        body = (b"not json at all\n" + b'["a list"]\n' + b'{"type": "ADDED"}\n'
+                + event_line("MODIFIED", {"kind": "Node", "metadata": {"name": "other", "uid": "o", "resourceVersion": "7"}})
+                + event_line("MODIFIED", pod) + event_line("DELETED", pod)
+                + event_line("MODIFIED", {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "8"}})
+                + event_line("BOOKMARK", {"kind": "Node", "metadata": {"resourceVersion": "9"}})
+                + event_line("MODIFIED", {**node, "metadata": {**node["metadata"], "resourceVersion": "10",
+                                                               "labels": {"hostile": "1"}}})
+                + event_line("ERROR", {"kind": "Status", "code": 500}))
+        server.faults.stream(body, path="/api/v1/nodes")
+        server.drop_watches()
+        wait_for(lambda: any("hostile" in labels for labels in rec.labels()), what="the Node itself")
+        assert [n["metadata"]["name"] for n in rec.nodes] == ["n1", "n1"]
+        assert all(n["kind"] == "Node" and n["metadata"]["uid"] == node["metadata"]["uid"] for n in rec.nodes)
+        assert not deleted.is_set()  # the Pod's DELETED is not the Node's
+        assert watcher.reflector.ignored == {"undecodable": 3, "wrong-kind": 2, "no-uid": 1}
+        wait_for(lambda: "node watch failed (RuntimeError: watch error 500" in caplog.text, what="the ERROR's backoff")
+        wait_for(lambda: watcher.watches >= 3, what="a watch after the ERROR's backoff")
+        opened = watcher.lists
+        server.faults.stream(event_line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"}),
+                             path="/api/v1/nodes")
+        server.drop_watches()
+        wait_for(lambda: watcher.lists > opened, what="LIST after an in-stream 410")
+    finally:
+        watcher.stop()
 
 
 def test_clean_ends_reconnect_at_once_from_the_last_version():
@@ -193,16 +214,19 @@ def test_clean_ends_reconnect_at_once_from_the_last_version():
 
 
 class RecordingWaits(NodeWatcher):
-    """The real watcher, with every back-off wait it asks for recorded (and shortened), so the
-    test asserts on the policy, not on the clock."""
+    """The real watcher, with every back-off wait its reflector asks for recorded (and
+    shortened), so the test asserts on the policy, not on the clock."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.waits: list[float] = []
+        wait = self.reflector._wait
 
-    def _wait(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        super()._wait(min(seconds, 0.05))
+        def recorded(seconds: float) -> None:
+            self.waits.append(seconds)
+            wait(min(seconds, 0.05))
+
+        self.reflector._wait = recorded
 
 
 def test_a_clean_end_of_the_stream_reconnects_at_once_and_errors_back_off_a_few_seconds_at_most(server):

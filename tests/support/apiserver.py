@@ -327,20 +327,9 @@ class _Handler(BaseHTTPRequestHandler):
                 record.body = json.loads(raw)
             except ValueError:
                 record.body = raw.decode("utf-8", "replace")
-        fault = fake.faults.take(self.command, path)
-        if fault is not None:
-            record.fault = fault.kind
-            if fault.kind == "refuse":
-                fake._record(record)
-                self._refuse(fault.reset)
-                return
-            if fault.kind in ("fail", "answer"):
-                record.status = fault.status
-                fake._record(record)
-                self._send_failure(fault, path)
-                return
-            if fault.kind == "slow" and not fault.after:
-                fake._stopping.wait(fault.seconds)
+        fault = fake.faults.take(self.command, path, watch=query.get("watch") in ("true", "1") or "/watch/" in path)
+        if fault is not None and self._answered_by(fault, record, path):
+            return
         try:
             if fake.token and self.headers.get("Authorization") != f"Bearer {fake.token}":
                 raise ApiError(401, status_body(401, "Unauthorized"))
@@ -375,6 +364,35 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             return
         self._send_json(code, body)
+
+    def _answered_by(self, fault: Fault, record: RequestRecord, path: str) -> bool:
+        """Serve an injected fault; True when it is the whole answer (``slow`` only delays)."""
+        fake = self.server.fake
+        record.fault = fault.kind
+        if fault.kind == "refuse":
+            fake._record(record)
+            self._refuse(fault.reset)
+            return True
+        if fault.kind in ("fail", "answer"):
+            record.status = fault.status
+            fake._record(record)
+            self._send_failure(fault, path)
+            return True
+        if fault.kind == "stream":
+            self._send_stream(fault, record)
+            return True
+        if fault.kind == "slow" and not fault.after:
+            fake._stopping.wait(fault.seconds)
+        return False
+
+    def _send_stream(self, fault: Fault, record: RequestRecord) -> None:
+        """An injected watch answer: ``fault.body`` as a 200 stream, then a clean end."""
+        record.status = 200
+        self.server.fake._record(record)
+        self.start_stream(fault.content_type)
+        if fault.body:
+            self.send_chunk(fault.body)
+        self.end_stream("clean")
 
     def _refuse(self, reset: bool) -> None:
         self.close_connection = True

@@ -10,7 +10,11 @@ of its count. Kinds:
 * ``slow``    wait ``seconds`` before handling (``after=True``: handle, then wait before
               answering, so the change is made but the client may time out);
 * ``answer``  answer ``status`` with ``body`` instead of handling (what a proxy or a broken
-              server in front of the API could send: a 200 that is not the object asked for).
+              server in front of the API could send: a 200 that is not the object asked for);
+* ``stream``  answer 200 with ``body`` (chunked, as a watch is sent: junk lines, an HTML page,
+              events of another kind, nothing at all) and end the stream cleanly.
+
+``watch`` scopes a rule to watch requests (True) or to everything else (False).
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ class Fault:
     path: str | None = None
     message: str | None = None
     exact: bool = False  # ``path`` must equal the request path (``/nodes/x`` but not ``/nodes/x/status``)
-    body: Any = None  # ``answer``: the JSON sent
+    watch: bool | None = None
+    body: Any = None  # ``answer``: the JSON sent; ``stream``: the bytes sent
+    content_type: str = "application/json"
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, watch: bool = False) -> bool:
         if self.path is not None and (path != self.path if self.exact else self.path not in path):
+            return False
+        if self.watch is not None and self.watch != watch:
             return False
         return self.verb is None or self.verb.upper() == method.upper()
 
@@ -57,15 +65,16 @@ class Faults:
         return fault
 
     def fail(self, status: int, count: int = 1, retry_after: float | None = None, *, verb: str | None = None,
-             path: str | None = None, message: str | None = None, exact: bool = False) -> Fault:
+             path: str | None = None, message: str | None = None, exact: bool = False,
+             watch: bool | None = None) -> Fault:
         """The next ``count`` matching requests get HTTP ``status`` (e.g. 500, 503, 403)."""
         return self._add(Fault("fail", count, status=status, retry_after=retry_after, verb=verb, path=path,
-                               message=message, exact=exact))
+                               message=message, exact=exact, watch=watch))
 
     def throttle(self, retry_after: float = 1, count: int = 1, *, verb: str | None = None,
-                 path: str | None = None) -> Fault:
+                 path: str | None = None, watch: bool | None = None) -> Fault:
         """429 Too Many Requests with ``Retry-After`` (as API Priority and Fairness sends)."""
-        return self.fail(429, count, retry_after, verb=verb, path=path)
+        return self.fail(429, count, retry_after, verb=verb, path=path, watch=watch)
 
     def refuse_connections(self, count: int = 1, *, reset: bool = False, verb: str | None = None,
                            path: str | None = None) -> Fault:
@@ -83,11 +92,17 @@ class Faults:
         unhandled (nothing the request asked for is done)."""
         return self._add(Fault("answer", count, status=status, verb=verb, path=path, exact=exact, body=body))
 
-    def take(self, method: str, path: str) -> Fault | None:
+    def stream(self, body: bytes, count: int = 1, *, path: str | None = None,
+               content_type: str = "application/json") -> Fault:
+        """The next ``count`` watch requests (on ``path``) get ``body`` as a 200 stream, then its end."""
+        return self._add(Fault("stream", count, verb="GET", path=path, watch=True, body=body,
+                               content_type=content_type))
+
+    def take(self, method: str, path: str, watch: bool = False) -> Fault | None:
         """The fault for this request (consuming one of its count), or None."""
         with self._lock:
             for rule in self._rules:
-                if rule.count > 0 and rule.matches(method, path):
+                if rule.count > 0 and rule.matches(method, path, watch):
                     rule.count -= 1
                     if rule.count == 0:
                         self._rules.remove(rule)

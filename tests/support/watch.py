@@ -26,7 +26,8 @@ from typing import Any
 
 from tests.support.store import Store, WatchEvent
 
-KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event"}
+KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event", "nodefeaturerules": "NodeFeatureRule",
+         "nodefeatures": "NodeFeature"}
 
 
 def gone(rv: int, oldest_minus_one: int) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Does a pod's node placement still hold on this node? (pure; used by the pod guard)
+"""A pod's required node placement: read it, and does it hold on a node? (pure; the pod guard
+asks whether it still holds, placement reads the terms it tightens)
 
 Scheduling rules a pod *requires* of its node: ``spec.nodeSelector`` (every key=value must be
 a node label) and ``spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``
@@ -22,7 +23,7 @@ from typing import Any
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
-class _Unknown(Exception):
+class MalformedAffinity(ValueError):
     """The spec is malformed: no verdict."""
 
 
@@ -36,16 +37,16 @@ def _as_int(text: object) -> int | None:
 
 
 def _requirement(expression: Any) -> tuple[str, str, list[str]]:
-    """(key, operator, values) of a well-formed requirement; ``_Unknown`` otherwise."""
+    """(key, operator, values) of a well-formed requirement; ``MalformedAffinity`` otherwise."""
     if not isinstance(expression, Mapping):
-        raise _Unknown("expression is not an object")
+        raise MalformedAffinity("expression is not an object")
     key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
     if not isinstance(key, str) or not key or operator not in OPERATORS or not isinstance(values, list) \
             or not all(isinstance(v, str) for v in values):
-        raise _Unknown(f"bad requirement {expression!r}")
+        raise MalformedAffinity(f"bad requirement {expression!r}")
     wrong = _values_problem(str(operator), values)
     if wrong:
-        raise _Unknown(f"{operator} {wrong}")
+        raise MalformedAffinity(f"{operator} {wrong}")
     return key, str(operator), values
 
 
@@ -59,7 +60,7 @@ def _values_problem(operator: str, values: list[str]) -> str:
 
 
 def requirement_matches(expression: Any, values_by_key: Mapping[str, str]) -> bool:
-    """One ``{key, operator, values}`` against a key -> value map; ``_Unknown`` if malformed."""
+    """One ``{key, operator, values}`` against a key -> value map; ``MalformedAffinity`` if malformed."""
     key, operator, values = _requirement(expression)
     present = key in values_by_key
     value = values_by_key.get(key)
@@ -77,17 +78,17 @@ def requirement_matches(expression: Any, values_by_key: Mapping[str, str]) -> bo
 
 def term_matches(term: Any, labels: Mapping[str, str], node_name: str) -> bool:
     if not isinstance(term, Mapping):
-        raise _Unknown("term is not an object")
+        raise MalformedAffinity("term is not an object")
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not isinstance(expressions, list) or not isinstance(fields, list):
-        raise _Unknown("matchExpressions/matchFields must be lists")
+        raise MalformedAffinity("matchExpressions/matchFields must be lists")
     if not expressions and not fields:
         return False
     for field_req in fields:
         if not isinstance(field_req, Mapping) or field_req.get("key") != "metadata.name" \
                 or field_req.get("operator") not in ("In", "NotIn"):
-            raise _Unknown(f"unsupported matchFields {field_req!r}")
+            raise MalformedAffinity(f"unsupported matchFields {field_req!r}")
     results = [requirement_matches(e, labels) for e in expressions]
     results += [requirement_matches(f, {"metadata.name": node_name}) for f in fields]
     return all(results)
@@ -96,7 +97,7 @@ def term_matches(term: Any, labels: Mapping[str, str], node_name: str) -> bool:
 def node_selector_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     selector = pod_spec.get("nodeSelector") or {}
     if not isinstance(selector, Mapping):
-        raise _Unknown("nodeSelector is not an object")
+        raise MalformedAffinity("nodeSelector is not an object")
     return all(isinstance(v, str) and labels.get(k) == v for k, v in selector.items())
 
 
@@ -104,19 +105,25 @@ def required_terms(pod_spec: Mapping[str, Any]) -> list[Any] | None:
     """The required nodeSelectorTerms, or None when the pod has no required node affinity."""
     affinity = pod_spec.get("affinity") or {}
     if not isinstance(affinity, Mapping):
-        raise _Unknown("affinity is not an object")
+        raise MalformedAffinity("affinity is not an object")
     node_affinity = affinity.get("nodeAffinity") or {}
     if not isinstance(node_affinity, Mapping):
-        raise _Unknown("nodeAffinity is not an object")
+        raise MalformedAffinity("nodeAffinity is not an object")
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if required is None:
         return None
     if not isinstance(required, Mapping):
-        raise _Unknown("required node affinity is not an object")
+        raise MalformedAffinity("required node affinity is not an object")
     terms = required.get("nodeSelectorTerms") or []
     if not isinstance(terms, list):
-        raise _Unknown("nodeSelectorTerms is not a list")
+        raise MalformedAffinity("nodeSelectorTerms is not a list")
     return terms
+
+
+def node_selector_terms(pod_spec: Mapping[str, Any]) -> list[Any]:
+    """The required nodeSelectorTerms ([] when the pod has none); ``MalformedAffinity`` when
+    the spec has a shape the API server would not have accepted."""
+    return required_terms(pod_spec) or []
 
 
 def pod_fits_node(pod_spec: Any, labels: Mapping[str, str], node_name: str = "") -> bool | None:
@@ -131,7 +138,7 @@ def pod_fits_node(pod_spec: Any, labels: Mapping[str, str], node_name: str = "")
         if terms is None:
             return True
         return any(term_matches(t, labels, node_name) for t in terms)
-    except _Unknown:
+    except MalformedAffinity:
         return None
 
 
@@ -145,7 +152,7 @@ def referenced_label_keys(pod_spec: Any) -> frozenset[str]:
         keys.update(k for k in selector if isinstance(k, str))
     try:
         terms = required_terms(pod_spec) or []
-    except _Unknown:
+    except MalformedAffinity:
         return frozenset(keys)
     for term in terms:
         if isinstance(term, Mapping) and isinstance(term.get("matchExpressions"), list):

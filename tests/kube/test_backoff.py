@@ -3,7 +3,7 @@ the cap, so a retry comes at most 5 s after the API heals), reset on the first s
 
 import pytest
 
-from agent.reconcile.backoff import Backoff, parse_retry_after
+from agent.kube.backoff import Backoff, parse_retry_after
 
 
 def test_doubles_to_the_cap_without_jitter():

@@ -77,13 +77,14 @@ class LightCoreV1Api:
                             timeout_seconds=timeout_seconds)
         return self._call("GET", "/api/v1/nodes", query=query, **kw)
 
-    def list_collection(self, path: str, label_selector: str | None = None, watch: bool | None = None,
+    def list_collection(self, path: str, label_selector: str | None = None, field_selector: str | None = None,
+                        watch: bool | None = None,
                         allow_watch_bookmarks: bool | None = None, resource_version: str | None = None,
                         timeout_seconds: int | None = None, limit: int | None = None, continue_: str | None = None,
                         **kw: Any) -> Any:
         """LIST or WATCH any collection by its path (NFD's custom resources,
-        ``agent.runtime.cluster_watch``), with the query of ``list_node``."""
-        query = self._query(label_selector=label_selector, watch=watch, allow_watch_bookmarks=allow_watch_bookmarks,
+        ``agent.kube.reflector``), with the query of ``list_node``."""
+        query = self._query(label_selector=label_selector, field_selector=field_selector, watch=watch, allow_watch_bookmarks=allow_watch_bookmarks,
                             resource_version=resource_version, timeout_seconds=timeout_seconds)
         query += [(k, str(v)) for k, v in (("limit", limit), ("continue", continue_)) if v]
         return self._call("GET", path, query=query, **kw)

@@ -7,7 +7,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from agent.kube.connect import load_configuration
-from agent.reconcile.light_core import LightCoreV1Api
+from agent.kube.light_core import LightCoreV1Api
 from agent.reconcile.node_api import Conflict, NodeApi, NodeNotFound, Throttled
 from tests.support.apiserver import FakeApiServer
 

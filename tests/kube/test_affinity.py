@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.runtime.affinity import pod_fits_node, referenced_label_keys
+from agent.kube.affinity import pod_fits_node, referenced_label_keys
 
 LABELS = {"accelerators/edgetpu": "true", "kubernetes.io/arch": "amd64", "cores": "8", "zone": "a"}
 
