@@ -77,7 +77,9 @@ def _why_not(key: str, policy: ClaimPolicy) -> str | None:
 def check_claims(ownership: Ownership, desired: DesiredNodeState, policy: ClaimPolicy,
                  vouched: Collection[tuple[str, str]] = frozenset()) -> CheckedClaims:
     """Keep only the entries the agent could have produced, or (taints) held in its previous
-    pass on this Node (``vouched``); say why each other one is dropped."""
+    pass on this Node (``vouched``); say why each other one is dropped. While the cluster's
+    objects are undetermined (``desired.hold_everything``) what the catalogue can produce is
+    not known, so no recorded taint is dropped for it: every one is held until it is."""
     rejected: list[str] = []
 
     def keep(kind: str, keys: Iterable[str], extra: KeyProblem = lambda _k: None) -> frozenset[str]:
@@ -96,7 +98,7 @@ def check_claims(ownership: Ownership, desired: DesiredNodeState, policy: ClaimP
         return None
 
     wanted_taint_keys = {t.key for t in desired.taints}
-    producible = policy.taint_keys() if policy.taint_keys is not None else None
+    producible = policy.taint_keys() if policy.taint_keys is not None and not desired.hold_everything else None
     taints = set()
     for key, effect in sorted(ownership.taints):
         why = _why_not(key, policy)

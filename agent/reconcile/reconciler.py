@@ -384,7 +384,8 @@ class Reconciler:
                 problems.append(problem)
         if announce:
             self.notices.claims(live.uid, checked)
-            self._vouched_taints = checked.ownership.taints
+            if not desired.hold_everything:  # a held entry is kept, not vouched for
+                self._vouched_taints = checked.ownership.taints
         return checked.ownership
 
     def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
