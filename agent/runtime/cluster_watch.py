@@ -299,29 +299,33 @@ class CollectionWatch:
             response.shutdown()
         started = time.monotonic()
         try:
-            count = _consume(response, self._stop, self._event)
+            lines, usable = _consume(response, self._stop, self._event)
         finally:
             with self._lock:
                 self._response = None
-        if count == 0 and time.monotonic() - started < 1.0:
+        if lines and not usable and not self._stop.is_set():
+            # junk, an HTML page, objects of another kind: an error, backed off as one (no hot loop)
+            raise RuntimeError(f"the watch stream had {lines} lines and no usable {self.kind} event")
+        if lines == 0 and time.monotonic() - started < 1.0:
             self._wait(1.0)  # a server ending watches at once: no hot loop
 
-    def _event(self, line: bytes) -> None:
+    def _event(self, line: bytes) -> bool:
         with self.gate:
-            self._handle(line)
+            return self._handle(line)
 
-    def _handle(self, line: bytes) -> None:
+    def _handle(self, line: bytes) -> bool:
+        """Apply one watch line; False when it was not a usable event of this kind."""
         try:
             event = json.loads(line)
         except ValueError:
             event = None
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
             self._ignore("undecodable")
-            return
+            return False
         kind, obj = event.get("type"), event["object"]
         if kind in ("ADDED", "MODIFIED", "DELETED") and obj.get("kind") not in (None, self.kind):
             self._ignore("wrong-kind")
-            return
+            return False
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Expired()
@@ -330,16 +334,17 @@ class CollectionWatch:
         if rv:
             self.resource_version = rv
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
-            return
+            return kind == "BOOKMARK"
         key = _key(obj)
         if kind == "DELETED":
             self._apply({key: None})
             if self.bounds.bounded is not None:
                 raise Relist()  # room again, perhaps: a LIST tells
-            return
+            return True
         found = trimmed(obj, self.bounds.max_object_bytes)
         if self.bounds.admit(key, found, known=key in self.digests):
             self._apply({key: found})
+        return True
 
     def _ignore(self, reason: str) -> None:
         """A watch line that is not an event of this kind: skipped, and counted (a metric)."""
@@ -347,16 +352,17 @@ class CollectionWatch:
             self.on_ignored(self.name, reason)
 
 
-def _consume(response: Any, stop: threading.Event, handle: Callable[[bytes], None]) -> int:
+def _consume(response: Any, stop: threading.Event, handle: Callable[[bytes], bool]) -> tuple[int, int]:
     """Hand each event line of a watch response to ``handle`` until the stream ends or ``stop``
-    is set; returns how many. The connection goes back to the pool either way."""
-    count = 0
+    is set; returns how many lines, and how many ``handle`` found usable. The connection goes
+    back to the pool either way."""
+    lines = usable = 0
     try:
         for line in stream_lines(response):
             if stop.is_set():
                 break
-            count += 1
-            handle(line)
+            lines += 1
+            usable += handle(line)
     finally:
         response.release_conn()
-    return count
+    return lines, usable
