@@ -17,7 +17,7 @@ API down mid-run (+ streams cut)       test_api_faults::test_api_down_mid_run   
 watch dropped (clean and abrupt)       test_api_faults::test_watch_dropped_cleanly_and_abruptly  runtime/test_node_watch::test_continues_from_last_version_after_a_dropped_watch
 410 Gone (compaction)                  test_api_faults::test_410_gone_relists_and_catches_the_missed_change  runtime/test_node_watch::test_410_relists_and_reports_a_change_made_meanwhile; kube/test_reflector::test_410_lists_again_and_a_change_made_meanwhile_arrives
 watch answered with junk / HTML page   test_api_faults::test_a_junk_watch_stream_neither_spins_nor_is_taken_as_the_node  kube/test_reflector::test_a_stream_with_nothing_usable_backs_off_like_an_error_and_is_counted; kube/test_reflector::test_junk_does_not_spin_over_a_second
-NFD-object watch answered with junk     runtime/test_cluster_objects::test_a_junk_watch_stream_backs_off_and_keeps_the_objects_output
+NFD-object watch answered with junk    runtime/test_cluster_objects::test_a_junk_watch_stream_backs_off_and_keeps_the_objects_output
 Pod (another kind) under the Node's    test_api_faults::test_a_junk_watch_stream_neither_spins_nor_is_taken_as_the_node  runtime/test_node_watch::test_hostile_stream_lines_are_dropped_and_only_this_node_is_taken
  name; a Node without uid
 watch streams that end at once         kube/test_reflector::test_streams_that_end_at_once_are_paced  runtime/test_node_watch::test_clean_ends_reconnect_at_once_from_the_last_version
