@@ -43,7 +43,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from agent.kube.backoff import Backoff, BackoffSettings
-from agent.kube.reflector import Expired, ReflectorSettings, describe, retry_after_of, stream_lines
+from agent.kube.reflector import Expired, NothingUsable, ReflectorSettings, describe, retry_after_of, stream_lines
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
 from agent.rules.budget import MAX_COLLECTION_BYTES, MAX_OBJECT_BYTES, MAX_PAGE_BYTES
 from agent.runtime.cluster_bounds import CollectionBounds
@@ -305,7 +305,7 @@ class CollectionWatch:
                 self._response = None
         if lines and not usable and not self._stop.is_set():
             # junk, an HTML page, objects of another kind: an error, backed off as one (no hot loop)
-            raise RuntimeError(f"the watch stream had {lines} lines and no usable {self.kind} event")
+            raise NothingUsable(f"watch of {self.path}: {lines} line(s), none a usable {self.kind} event")
         if lines == 0 and time.monotonic() - started < 1.0:
             self._wait(1.0)  # a server ending watches at once: no hot loop
 
