@@ -51,13 +51,18 @@ class PluginDevice:
 
 @dataclass(frozen=True)
 class ResourceDevices:
-    """Everything one resource's plugin serves: its devices and the per-container extras."""
+    """Everything one resource's plugin serves: its devices and the per-container extras.
+
+    ``shares``: how many containers may hold one device at once (the catalogue's sharing
+    count); the device plugin advertises that many IDs per device, DRA that many devices
+    (``agent.dra.names.device_name`` replicas)."""
 
     resource: str
     devices: tuple[PluginDevice, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: tuple[HostMount, ...] = ()
     origin: str = ""  # the rule's file:line
+    shares: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(sorted(self.devices, key=lambda d: d.id)))
