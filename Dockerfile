@@ -4,7 +4,7 @@
 # Both stages start from Debian bookworm (debian:bookworm-slim) and use Debian's own python3
 # (3.11), so the image runs the interpreter and C libraries Debian patches, and
 # deploy/smoke-image.sh can build this very file on a base it makes with mmdebstrap from the same
-# packages (deploy/README.md "The image").
+# packages (deploy/install.md "The image").
 #
 # linux/amd64, linux/arm64 and linux/arm/v7 from this one file; nothing here names an
 # architecture. pip takes each platform's wheels and compiles in the builder what has none

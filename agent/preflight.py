@@ -6,7 +6,7 @@ a rules directory that does not exist plans no generalized labels, and the recon
 remove them. So both are refused up front, with one line on stderr and exit status
 :data:`EXIT_CONFIG`, before anything is written.
 
-Exit statuses shared by every command (documented in deploy/README.md):
+Exit statuses shared by every command (deploy/operating.md, "Exit codes and start-up checks"):
 
 - 0: done;
 - 1: the work failed at run time (an API error that outlasted the retries, a port in use);

@@ -4,7 +4,7 @@
 # (explain-image against a real registry) and, for foreign platforms,
 # qemu-user-static registered with binfmt (all installed here if missing), and the project's
 # venv (.venv, from the README's set-up). CI runs it for its own platform (.ci/run); the foreign
-# platforms are run by hand before a release (deploy/README.md "The image").
+# platforms are run by hand before a release (deploy/install.md "The image").
 #
 #   sudo deploy/smoke-image.sh                                  # this machine's platform
 #   sudo deploy/smoke-image.sh --platform linux/arm64 --platform linux/arm/v7

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the shipped Dockerfile and prove the image in a real container (run by
 deploy/smoke-image.sh, in CI for the CI machine's platform; it needs a Docker engine and root;
-deploy/README.md "The image").
+deploy/install.md "The image").
 
 For each ``--platform`` (default: this machine's):
 
@@ -61,7 +61,7 @@ from deploy.smoke_docker import (  # noqa: E402
 from deploy.smoke_flags import DockerRun, ManifestError, docker_run  # noqa: E402
 from tests.support.apiserver import FakeApiServer  # noqa: E402
 
-#: amd64, docker save | gzip (issue 28's target; the figure of record is in deploy/README.md)
+#: amd64, docker save | gzip (issue 28's target; the figure of record is in deploy/install.md)
 COMPRESSED_LIMIT = 80_000_000
 #: recorded boards (fixtures/sysfs/*/README.md) per Debian architecture, replayed in the foreign image
 BOARDS = {"arm64": ("raspberry-pi-4-recorded", "jetson-nano-l4t-recorded", "coral-devboard-vendor-recorded",

@@ -9,7 +9,7 @@ NFD's side is a port of what nfd-master does to a Node, from NFD's source
 ``createPatches`` (add what is absent, replace a different value when
 ``restrictions.allowOverwrite``, default true), and ``prune`` (what ``nfd-master -prune`` and the
 chart's uninstall job remove). The agent's side is the real ``apply`` and ``run`` processes.
-deploy/README.md "Alongside NFD, or instead of it" is the prose of what these tests assert.
+deploy/nfd.md "Alongside NFD, or instead of it" is the prose of what these tests assert.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def test_replacing_nfd_without_prune_leaves_its_labels_frozen(server: FakeApiSer
     """NFD deleted without its prune: its record stays and the agent, which never removes what
     it does not own, leaves those labels as they are even when the hardware is gone (and keeps
     deriving its generalized labels from them), so the migration needs the prune (or the
-    hand-made equivalent in deploy/README.md)."""
+    hand-made equivalent in deploy/nfd.md)."""
     kubeconfig = server.kubeconfig(tmp_path / "kubeconfig")
     nfd_master_pass(server, raw_labels)
     apply(kubeconfig)

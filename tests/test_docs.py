@@ -1,5 +1,6 @@
-"""The operator docs stay true: README.md's quick start and command list, deploy/README.md's
-`run` flag table and metrics table, and every relative link, checked against the code."""
+"""The operator docs stay true: README.md's quick start and command list, deploy/operating.md's
+`run` flag table and udev modes, deploy/metrics.md's metrics table, and every relative link,
+anchor and section citation, checked against the code and the headings they name."""
 
 from __future__ import annotations
 
@@ -7,16 +8,24 @@ import argparse
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from agent.cli import build_parser, main
 from agent.config import IMAGE_RULES_DIR, default_rules_dirs
+from agent.runtime.event_sources import MODES
 from agent.runtime.metrics import AgentMetrics
 from tests.conftest import LABELS_DIR, REPO
 
 README = REPO / "README.md"
-DEPLOY_README = REPO / "deploy" / "README.md"
+DEPLOY = REPO / "deploy"
+OPERATING = DEPLOY / "operating.md"
+METRICS = DEPLOY / "metrics.md"
+INSTALL = DEPLOY / "install.md"
+#: the operator pages (deploy/*.md) and the other READMEs people follow links from
+DOC_PAGES = [README, REPO / "labels" / "README.md", REPO / "bench" / "README.md",
+             REPO / "tests" / "support" / "README.md", *sorted(DEPLOY.glob("*.md"))]
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -44,7 +53,7 @@ def public_flags(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def test_run_flag_table_matches_run_help():
-    cells = table_first_cells(section(DEPLOY_README.read_text(), "## The `run` command's flags"))
+    cells = table_first_cells(section(OPERATING.read_text(), "## The `run` command's flags"))
     documented = {re.match(r"`(--[a-z-]+)", c).group(1) for c in cells}
     assert documented == public_flags(subparsers()["run"])
 
@@ -58,16 +67,17 @@ def test_flag_table_check_can_fail():
 
 
 def test_documented_udev_modes_are_accepted_by_run():
-    body = section(DEPLOY_README.read_text(), "## The udev switch: `--udev-mode`")
+    body = section(OPERATING.read_text(), "## The udev switch: `--udev-mode`")
     modes = [re.match(r"`([^`]+)`", c).group(1) for c in table_first_cells(body)]
     assert {"kernel", "udev", "poll", "off"} <= set(modes)
+    assert sorted(modes) == sorted(MODES)  # a mode run accepts without a row here is undocumented
     run = subparsers()["run"]
     for mode in modes:
         assert run.parse_args([f"--udev-mode={mode}"]).udev_mode == mode
 
 
 def test_metrics_table_lists_exactly_the_registered_metrics():
-    body = section(DEPLOY_README.read_text(), "## Metrics")
+    body = section(METRICS.read_text(), "## Metrics")
     documented = {c.strip("`") for c in table_first_cells(body)}
     exposed = AgentMetrics().render().decode()
     # as scraped; prometheus_client's per-series "<counter>_created" timestamps are not ours to document
@@ -82,12 +92,97 @@ def test_readme_commands_list_is_every_subcommand():
     assert listed == list(subparsers())
 
 
-@pytest.mark.parametrize("path", [README, DEPLOY_README], ids=lambda p: p.relative_to(REPO).as_posix())
-def test_relative_links_resolve(path):
-    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text())
-    assert links
-    for link in links:
-        assert (path.parent / link).exists(), link
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a heading: lower case, punctuation but ``-`` and ``_`` dropped,
+    each space a hyphen (``NFD's worker configuration: `--config` `` -> ``nfds-worker-configuration---config``)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every heading's fragment on a markdown page, outside fenced code blocks."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    return {github_anchor(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def broken_links(page: Path) -> list[str]:
+    """Relative links of a page whose file does not exist, or whose ``#fragment`` is no heading there."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    broken = []
+    for target, fragment in re.findall(r"\]\(([^)#:\s]*)(?:#([^)\s]*))?\)", text):
+        if not target and not fragment:
+            continue
+        linked = (page.parent / target) if target else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and linked.suffix == ".md" and fragment not in anchors(linked):
+            broken.append(f"{target}#{fragment}: no such heading")
+    return broken
+
+
+@pytest.mark.parametrize("path", DOC_PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_relative_links_and_anchors_resolve(path):
+    assert broken_links(path) == []
+
+
+def test_the_pages_link_each_other():
+    """The link check is not vacuous: the index and the top README link to the pages."""
+    for page in (README, DEPLOY / "README.md"):
+        assert re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text())
+
+
+def test_link_check_can_fail(tmp_path):
+    (tmp_path / "other.md").write_text("# Other page\n\n## The image: `x`\n")
+    page = tmp_path / "page.md"
+    page.write_text("## Here\n[a](other.md#the-image-x) [b](#here) [c](missing.md) [d](other.md#the-image)"
+                    " [e](#nowhere)\n```\n[f](in-code.md)\n```\n")
+    assert broken_links(page) == ["missing.md: no such file", "other.md#the-image: no such heading",
+                                  "#nowhere: no such heading"]
+
+
+#: A prose citation of a section, ``deploy/install.md "The image"`` or ``labels/README.md,
+#: "Devices"`` (in a comment, docstring, log or Event message, or a doc page).
+SECTION_CITATION = re.compile(rb'\b((?:deploy|labels|bench)/[\w-]+\.md),?[ \t]+\(?\\?"([^"\\\n]+)\\?"')
+
+
+def titles(page: Path) -> list[str]:
+    """What a citation may name on a page: its headings and its bold paragraph titles."""
+    text = page.read_text().replace("`", "")
+    return [t.lower() for t in re.findall(r"^#{1,6} (.+)$", text, re.M) + re.findall(r"\*\*([^*]+)\*\*", text)]
+
+
+def stale_citations(name: str, data: bytes) -> list[str]:
+    stale = []
+    for match in SECTION_CITATION.finditer(data):
+        page, cited = REPO / match.group(1).decode(), match.group(2).decode().replace("`", "").lower()
+        if not page.is_file() or not any(cited in title for title in titles(page)):
+            stale.append(f"{name}: {match.group(1).decode()} \"{match.group(2).decode()}\"")
+    return stale
+
+
+def test_every_section_citation_names_a_section_of_that_page():
+    """Code, manifests and docs cite a section by page and title; when a section moves to another
+    page, every citation follows it (a stale one names a page without that section)."""
+    files = [name for name in tracked_files() if (REPO / name).is_file()]
+    found = [m for name in files for m in SECTION_CITATION.finditer((REPO / name).read_bytes())]
+    assert len(found) > 10
+    assert [s for name in files for s in stale_citations(name, (REPO / name).read_bytes())] == []
+
+
+def test_section_citation_check_can_fail():
+    page = "deploy/" + "install.md"
+    assert stale_citations("x", f'see {page} "The image".'.encode()) == []
+    assert stale_citations("x", f'({page}, "Least privilege")'.encode()) == []
+    assert stale_citations("x", f'({page} "Device plugin mode")'.encode()) != []
+    assert stale_citations("x", ('deploy/' + 'README.md "The image"').encode()) != []
+
+
+#: An operator page longer than this is several topics: split it (one page per topic).
+PAGE_LINES = 400
+
+
+def test_operator_pages_are_one_topic_each():
+    lengths = {p.name: len(p.read_text().splitlines()) for p in DEPLOY.glob("*.md")}
+    assert {name: n for name, n in lengths.items() if n > PAGE_LINES} == {}
 
 
 def quick_start_lines() -> list[str]:
@@ -137,9 +232,10 @@ def test_image_default_rules_dir_is_where_the_dockerfile_copies_labels():
 
 #: A citation of the team's private notes (a ``shared/`` reference or seed file, or one of
 #: the notes by its bare file name) rather than of the upstream source. A file name that is
-#: part of a longer path (an upstream repository's ``docs/.../x.md``) is not one.
+#: part of a longer path (an upstream repository's ``docs/.../x.md``) is not one, nor is a markdown
+#: link's target (``](placement.md)``: a page of this repository, checked to exist above).
 PRIVATE_CITATION = re.compile(
-    rb"shared/(?:reference|seeds)\b|(?<![\w/.-])(?:kubernetes-api|nfd|placement|seeds|style)\.md\b")
+    rb"shared/(?:reference|seeds)\b|(?<![\w/.-])(?<!\]\()(?:kubernetes-api|nfd|placement|seeds|style)\.md\b")
 
 
 def tracked_files() -> list[str]:
@@ -162,7 +258,7 @@ def test_private_citation_pattern_can_fail():
     cited = ["see shared/" + "reference/kubernetes-api.md", "(shared/" + "seeds/x)",
              "nfd" + ".md section 4", "kubernetes-api" + ".md 2.1", "`placement" + ".md`"]
     legitimate = ["docs/usage/nfd" + ".md", "shared/" + "references", "the seeds of a hash",
-                  "placement.py", "style" + ".mdx", "a_style" + ".md"]
+                  "placement.py", "style" + ".mdx", "a_style" + ".md", "[Placement](placement" + ".md#running-it)"]
     assert [bool(PRIVATE_CITATION.search(s.encode())) for s in cited] == [True] * len(cited)
     assert [bool(PRIVATE_CITATION.search(s.encode())) for s in legitimate] == [False] * len(legitimate)
 
@@ -209,18 +305,18 @@ def uninstall_order_problems(body: str) -> list[str]:
 
 
 def test_uninstall_removes_placement_admission_first_and_says_why():
-    text = DEPLOY_README.read_text()
+    text = INSTALL.read_text()
     assert uninstall_order_problems(section(text, "## Uninstall")) == []
     helm = section(text, "## Uninstall").split("With Helm", 1)[1]
     assert helm.index("placement.admission=none") < helm.index("helm uninstall")
-    # the placement section's own uninstall deletes the admission first too
-    own = section(text, "### Uninstall, or releasing pods by hand")
+    # the placement page's own uninstall deletes the admission first too
+    own = section((REPO / "deploy/placement.md").read_text(), "## Uninstall, or releasing pods by hand")
     lines = [line.strip() for line in own.splitlines() if line.startswith("    ")]
     assert lines[0].startswith("kubectl delete -f deploy/placement-policy.yaml"), lines
 
 
 def test_uninstall_order_check_can_fail():
-    body = section(DEPLOY_README.read_text(), "## Uninstall")
+    body = section(INSTALL.read_text(), "## Uninstall")
     block = re.search(r"```sh\n(.*?)```", body, re.S)
     assert block is not None
     lines = block.group(1).splitlines()

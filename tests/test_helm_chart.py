@@ -5,7 +5,7 @@ each supported Kubernetes version's schema, and the rendered args with the agent
 
 The supported versions are one statement, checked here: the oldest version whose schema
 accepts daemonset.yaml and every render is the chart's ``kubeVersion`` floor and the version
-README.md and deploy/README.md name, and the version before it does not accept them.
+README.md and deploy/install.md name, and the version before it does not accept them.
 """
 
 from __future__ import annotations
@@ -268,6 +268,6 @@ def test_supported_versions_are_one_statement(renders):
     floor = ".".join(FLOOR.split(".")[:2])
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["kubeVersion"] == f">={FLOOR}-0"
-    for doc in (REPO / "README.md", REPO / "deploy" / "README.md"):
+    for doc in (REPO / "README.md", REPO / "deploy" / "install.md"):
         stated = set(re.findall(r"Kubernetes\s+(1\.\d+)\s+or\s+newer", doc.read_text()))
         assert stated == {floor}, f"{doc.name} states {stated or 'no supported version'}, not {floor}"

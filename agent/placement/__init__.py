@@ -1,5 +1,5 @@
 """Architecture-aware placement: pods run only on nodes whose os/arch/variant their images
-support (deploy/README.md "Architecture-aware placement").
+support (deploy/placement.md).
 
 Admission (a MutatingAdmissionPolicy, or ``webhook`` before Kubernetes 1.34) gives new pods
 the scheduling gate ``node-feature-agent.io/arch``; ``controller`` resolves each gated pod's

@@ -76,7 +76,7 @@ def _failure_text(err: NodeApiError, node_name: str, attempts: int) -> str:
     if isinstance(err, Forbidden):
         return (f"forbidden: the agent's ServiceAccount may not do this ({err.message}); check the ClusterRole "
                 "(nodes: get/list/watch/patch, nodes/status: patch, events: create in default) and, for a 403 "
-                "naming node-feature-agent-own-node, the admission policy (deploy/README.md)")
+                "naming node-feature-agent-own-node, the admission policy (deploy/install.md, \"Least privilege\")")
     if isinstance(err, NodeNotFound):
         return f"node {node_name} not found (deleted, not registered yet, or a wrong --node-name); waiting"
     if isinstance(err, Transient):

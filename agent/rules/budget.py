@@ -13,7 +13,7 @@ rules, a few KiB).
 A bound is a state, not a filter: what a cap stops is *unknown*, never *absent*. The caller
 (``agent.runtime.cluster_objects``) keeps the output it last had from the cluster, or holds every
 owned item when it has none, says so once (a Warning Event, a metric) and documents the cap
-(deploy/README.md "Bounds on cluster objects"). Which objects are read never depends on their
+(deploy/metrics.md "Bounds on cluster objects"). Which objects are read never depends on their
 names: a collection over a bound is held as a whole. Pure.
 """
 

@@ -327,7 +327,7 @@ class Agent:
         self.metrics.cluster_bounded.labels(bound=bound).set(1 if why else 0)
         if why:
             self._warn_in_next_pass(REASON_CLUSTER_BOUNDED, f"{why}; what the cluster's objects gave this node "
-                                    "is held (deploy/README.md \"Bounds on cluster objects\")")
+                                    "is held (deploy/metrics.md \"Bounds on cluster objects\")")
 
     def _cluster_undetermined(self) -> bool:
         """Whether the cluster's output is undetermined now; said in the log when that changes."""

@@ -1,6 +1,6 @@
 """The agent's Prometheus metrics, in a registry of its own (several agents per test process).
 
-Names are the documented ones (deploy/README.md "Metrics"), plus
+Names are the documented ones (deploy/metrics.md "Metrics"), plus
 ``nfa_rules_reload_total{result}`` (accepted / rejected rule edits).
 """
 

@@ -12,7 +12,7 @@ plugin/v1beta1/{server,handler,client}.go``), over real unix sockets:
 - ``allocate`` / ``preferred`` call the plugin as kubelet does at container creation.
 
 It is not kubelet: there is no checkpoint, no pod admission, no node status. What only a
-real kubelet can show is listed in deploy/README.md ("Device plugin mode").
+real kubelet can show is listed in deploy/device-plugin.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Go's ``(?<name>`` groups reach RE2 as ``(?P<name>``, which every RE2 reads, the 2022-06-01
 release in Debian bookworm (the arm/v7 image compiles google-re2 against it) included; checked
 there by running tests/rules/test_go_regexp_corpus.py with google-re2 0.2.20220601 built on
-Debian's libre2-dev (deploy/README.md "The image")."""
+Debian's libre2-dev (deploy/install.md "The image")."""
 
 from __future__ import annotations
 

@@ -30,9 +30,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* The admission step placement uses on this cluster (deploy/README.md "Architecture-aware
-placement"). MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes
-1.36; its v1beta1 is served on 1.34-1.35 only with the feature gate and runtime-config on, so
+{{/* The admission step placement uses on this cluster (deploy/placement.md).
+MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes 1.36; its v1beta1
+is served on 1.34-1.35 only with the feature gate and runtime-config on, so
 it is judged by the API server's discovery (.Capabilities.APIVersions, which `helm install`
 fills from the cluster; `helm template` takes --kube-version and --api-versions). auto: the v1
 policy where served, else v1beta1 where served, else the webhook (1.30+, the chart's floor). An
