@@ -1,0 +1,56 @@
+"""The shipped DeviceClasses are what the generator makes from the catalogue, the API server
+accepts them, and their CEL (evaluated with cel-python) selects exactly the published devices
+of their class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import celpy
+import yaml
+from kubernetes import client
+
+from agent.dra.classes import render
+from agent.rules.loader import load_catalogue
+from tests.dra.test_slices import EDGETPU, pci
+from tests.support.apiserver import FakeApiServer
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "deploy" / "device-classes.yaml"
+CHART = REPO / "deploy" / "helm" / "node-feature-agent" / "templates" / "deviceclasses.yaml"
+
+
+def test_shipped_classes_equal_the_generator_output():
+    expected = render(load_catalogue([str(REPO / "labels")]))
+    assert SHIPPED.read_text() == expected
+    assert expected in CHART.read_text()
+
+
+def test_the_api_server_accepts_them():
+    with FakeApiServer() as api:
+        c = client.ResourceV1Api(client.ApiClient(api.client_configuration()))
+        for doc in yaml.safe_load_all(SHIPPED.read_text()):
+            c.create_device_class(doc)
+
+
+def _selects(expression: str, device: dict) -> bool:
+    env = celpy.Environment()
+    program = env.program(env.compile(expression))
+    attrs = {k: next(iter(v.values())) for k, v in device["attributes"].items() if "/" not in k}
+    activation = {"device": celpy.json_to_cel({"driver": device["driver"],
+                                               "attributes": {"node-feature-agent.io": attrs}})}
+    return bool(program.evaluate(activation))
+
+
+def test_cel_selects_its_class_only():
+    from agent.dra.slices import published_devices
+    from agent.deviceplugin.model import ResourceDevices
+
+    classes = {d["spec"]["extendedResourceName"]: d for d in yaml.safe_load_all(SHIPPED.read_text())}
+    tpu = published_devices({EDGETPU: ResourceDevices(EDGETPU, (pci(1),))}, taints=False).devices[0]
+    hailo = published_devices({"node-feature-agent.io/hailo8": ResourceDevices("node-feature-agent.io/hailo8",
+                                                                             (pci(2),))}, taints=False).devices[0]
+    tpu_expr = classes[EDGETPU]["spec"]["selectors"][0]["cel"]["expression"]
+    assert _selects(tpu_expr, {**tpu, "driver": "node-feature-agent.io"})
+    assert not _selects(tpu_expr, {**hailo, "driver": "node-feature-agent.io"})
+    assert not _selects(tpu_expr, {**tpu, "driver": "gpu.example.com"})
