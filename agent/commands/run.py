@@ -155,6 +155,7 @@ def with_dra_mode(settings: Settings, wanted: str, client: Any, stop: threading.
 
     if wanted == "off":
         return settings
+    chosen = mode.DraApi("")
     for attempt in range(attempts):
         try:
             chosen = mode.decide(wanted, mode.discover(client))

@@ -25,7 +25,14 @@ import re
 from collections.abc import Mapping
 
 from agent.device_claims import DeviceClaim, MatchedDevice, NodeSpec
-from agent.deviceplugin.model import DEVICE_ATTRIBUTES, MAX_DEVICE_ID, DeviceNode, HostMount, PluginDevice, ResourceDevices
+from agent.deviceplugin.model import (
+    DEVICE_ATTRIBUTES,
+    MAX_DEVICE_ID,
+    DeviceNode,
+    HostMount,
+    PluginDevice,
+    ResourceDevices,
+)
 from agent.hostfs import HostFileError, HostFS
 
 _ROOT_HUB = re.compile(r"usb\d+")

@@ -45,29 +45,31 @@ def _get(api_client: Any, path: str, timeout: float) -> Any:
     return json.loads(data)
 
 
+def _document(api_client: Any, path: str, field: str, kind: str, timeout: float) -> list[dict[str, Any]]:
+    """The ``field`` list of the discovery document at ``path``; ``Undetermined`` on any failure."""
+    try:
+        document = _get(api_client, path, timeout)
+    except Exception as exc:  # unreachable, refused, garbage: undetermined either way
+        raise Undetermined(f"discovery of {path} failed: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get(field), list):
+        raise Undetermined(f"discovery of {path} answered something that is not an {kind}")
+    return [item for item in document[field] if isinstance(item, dict)]
+
+
 def discover(api_client: Any, timeout: float = 10.0) -> DraApi:
     """The DRA API this client's server serves (``version`` "" when none it can use)."""
     try:
-        group = _get(api_client, f"/apis/{GROUP}", timeout)
-    except ApiException as exc:
-        if exc.status == 404:
-            return DraApi("")
-        raise Undetermined(f"discovery of {GROUP} failed: HTTP {exc.status}") from exc
-    except Exception as exc:  # noqa: BLE001 - unreachable, garbage: undetermined either way
-        raise Undetermined(f"discovery of {GROUP} failed: {exc}") from exc
-    if not isinstance(group, dict) or not isinstance(group.get("versions"), list):
-        raise Undetermined(f"discovery of {GROUP} answered something that is not an APIGroup")
-    served = [v.get("version") for v in group["versions"] if isinstance(v, dict)]
+        versions = _document(api_client, f"/apis/{GROUP}", "versions", "APIGroup", timeout)
+    except Undetermined as exc:
+        if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 404:
+            return DraApi("")  # the group is not served at all
+        raise
+    served = [v.get("version") for v in versions]
     version = next((v for v in VERSIONS if v in served), "")
     if not version:
         return DraApi("")
-    try:
-        listed = _get(api_client, f"/apis/{GROUP}/{version}", timeout)
-    except Exception as exc:  # noqa: BLE001
-        raise Undetermined(f"discovery of {GROUP}/{version} failed: {exc}") from exc
-    if not isinstance(listed, dict) or not isinstance(listed.get("resources"), list):
-        raise Undetermined(f"discovery of {GROUP}/{version} answered something that is not an APIResourceList")
-    names = {r.get("name") for r in listed["resources"] if isinstance(r, dict)}
+    listed = _document(api_client, f"/apis/{GROUP}/{version}", "resources", "APIResourceList", timeout)
+    names = {r.get("name") for r in listed}
     if "resourceslices" not in names:
         return DraApi("")
     return DraApi(version, "devicetaintrules" in names)

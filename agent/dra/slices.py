@@ -138,7 +138,7 @@ def _normal_device(device: Any) -> dict[str, Any]:
     (v1beta1) unwrapped; anything the server adds (a taint's ``timeAdded``) ignored."""
     if not isinstance(device, Mapping):
         return {}
-    body = device.get("basic") if isinstance(device.get("basic"), Mapping) else device
+    body: Mapping[str, Any] = device["basic"] if isinstance(device.get("basic"), Mapping) else device
     attrs = {str(k): {kk: vv for kk, vv in v.items() if vv is not None} for k, v in
              (body.get("attributes") or {}).items() if isinstance(v, Mapping)}
     taints = sorted((str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
@@ -198,7 +198,7 @@ class SliceWriter:
         selector = f"spec.nodeName={self.node.name},spec.driver={DRIVER}"
         try:
             answer = self._call("GET", self._base, query=[("fieldSelector", selector)])
-        except Exception as exc:  # noqa: BLE001 - any failure to read is a held read
+        except Exception as exc:
             raise ReadFailed(f"listing ResourceSlices failed: {exc}") from exc
         if not isinstance(answer, dict) or answer.get("kind") != "ResourceSliceList" \
                 or not isinstance(answer.get("items"), list):
@@ -224,22 +224,25 @@ class SliceWriter:
                          "pool": {"name": self.node.name, "generation": generation, "resourceSliceCount": count},
                          "devices": [_to_version(d, self.version) for d in devices]}}
 
+    def _pool_whole(self, current: list[dict[str, Any]], count: int) -> bool:
+        """One pool generation, the right slice count, every slice owned by this Node."""
+        pools = [s["spec"].get("pool") or {} for s in current]
+        if len({p.get("generation") for p in pools}) > 1 or any(p.get("resourceSliceCount") != count for p in pools):
+            return False
+        owners = [{o.get("uid") for o in (s["metadata"].get("ownerReferences") or [])} for s in current]
+        return all(self.node.uid in uids for uids in owners)
+
     def unchanged(self, current: list[dict[str, Any]], wanted: list[list[dict[str, Any]]]) -> bool:
-        """Whether the slices read hold exactly the wanted devices, one pool generation and
-        the right slice count, each owned by this Node."""
-        if len(current) != len(wanted):
+        """Whether the slices read hold exactly the wanted devices (content, not generation)
+        in one whole pool."""
+        if len(current) != len(wanted) or not self._pool_whole(current, len(wanted)):
             return False
-        generations = {((s["spec"].get("pool") or {}).get("generation")) for s in current}
-        counts = {((s["spec"].get("pool") or {}).get("resourceSliceCount")) for s in current}
-        if len(generations) > 1 or (current and counts != {len(wanted)}):
-            return False
-        if any(self.node.uid not in {o.get("uid") for o in (s["metadata"].get("ownerReferences") or [])}
-               for s in current):
-            return False
-        have = sorted(sorted((json.dumps(_normal_device(d), sort_keys=True) for d in s["spec"].get("devices") or []))
-                      for s in current)
-        want = sorted(sorted(json.dumps(_normal_device(d), sort_keys=True) for d in chunk) for chunk in wanted)
-        return have == want
+
+        def content(devices: list[Any]) -> list[str]:
+            return sorted(json.dumps(_normal_device(d), sort_keys=True) for d in devices)
+
+        have = sorted(content(s["spec"].get("devices") or []) for s in current)
+        return have == sorted(content(chunk) for chunk in wanted)
 
     def sync(self, devices: Sequence[dict[str, Any]]) -> int:
         """Make the node's slices hold ``devices``; returns the writes made (0 when unchanged).

@@ -68,11 +68,11 @@ class DraService:
         from agent.deviceplugin.resolve import resolve_claims
 
         meta = (node or {}).get("metadata") or {}
-        if node is None or not meta.get("uid") or self._stopped:
+        if not meta.get("uid") or self._stopped:
             return
         owned = parse_ownership(meta.get("annotations") or {}).resources
         held = {n for n in desired.device_claims if n in desired.held_resources}
-        claims = {n: c for n, c in desired.device_claims.items() if n not in owned and n not in held}
+        claims = {n: c for n, c in desired.device_claims.items() if n not in owned | held}
         try:
             resolved = resolve_claims(self.host, claims)
         except Exception:  # a bug here must not cost the node its labels: keep the last slices

@@ -43,8 +43,8 @@ def _selects(expression: str, device: dict) -> bool:
 
 
 def test_cel_selects_its_class_only():
-    from agent.dra.slices import published_devices
     from agent.deviceplugin.model import ResourceDevices
+    from agent.dra.slices import published_devices
 
     classes = {d["spec"]["extendedResourceName"]: d for d in yaml.safe_load_all(SHIPPED.read_text())}
     tpu = published_devices({EDGETPU: ResourceDevices(EDGETPU, (pci(1),))}, taints=False).devices[0]

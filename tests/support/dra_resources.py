@@ -215,18 +215,9 @@ def _device(device: Any, field: str) -> list[validation.Cause]:
     return causes
 
 
-def validate_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[validation.Cause]:
-    """``ValidateResourceSlice`` / ``ValidateResourceSliceUpdate`` on the ``v1`` shape."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-    causes = _driver_name(spec.get("driver"), "spec.driver") + _pool(spec.get("pool"), "spec.pool")
-    if old is not None:
-        old_spec = old.get("spec") or {}
-        for path, new_value, old_value in (("spec.pool.name", (spec.get("pool") or {}).get("name"),
-                                            (old_spec.get("pool") or {}).get("name")),
-                                           ("spec.driver", spec.get("driver"), old_spec.get("driver")),
-                                           ("spec.nodeName", spec.get("nodeName"), old_spec.get("nodeName"))):
-            if new_value != old_value:
-                causes.append(validation.invalid(path, new_value, "field is immutable"))
+def _node_selection(spec: Mapping[str, Any]) -> list[validation.Cause]:
+    """Exactly one of ``nodeName`` / ``nodeSelector`` / ``allNodes`` / ``perDeviceNodeSelection``."""
+    causes: list[validation.Cause] = []
     chosen = []
     if spec.get("nodeName") is not None:
         if spec["nodeName"] == "":
@@ -249,6 +240,22 @@ def validate_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> lis
         causes.append(validation.Cause("FieldValueRequired", f"Required value: {options}", "spec"))
     elif len(chosen) > 1:
         causes.append(validation.invalid("spec", "{" + ", ".join(chosen) + "}", f"{options}, but multiple fields are set"))
+    return causes
+
+
+def validate_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[validation.Cause]:
+    """``ValidateResourceSlice`` / ``ValidateResourceSliceUpdate`` on the ``v1`` shape."""
+    spec: Mapping[str, Any] = obj["spec"] if isinstance(obj.get("spec"), Mapping) else {}
+    causes = _driver_name(spec.get("driver"), "spec.driver") + _pool(spec.get("pool"), "spec.pool")
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for path, new_value, old_value in (("spec.pool.name", (spec.get("pool") or {}).get("name"),
+                                            (old_spec.get("pool") or {}).get("name")),
+                                           ("spec.driver", spec.get("driver"), old_spec.get("driver")),
+                                           ("spec.nodeName", spec.get("nodeName"), old_spec.get("nodeName"))):
+            if new_value != old_value:
+                causes.append(validation.invalid(path, new_value, "field is immutable"))
+    causes += _node_selection(spec)
     devices = spec.get("devices") or []
     if not isinstance(devices, list):
         return causes + [validation.invalid("spec.devices", "", "must be a list")]
@@ -268,7 +275,7 @@ def validate_slice(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> lis
 
 def validate_class(obj: Mapping[str, Any]) -> list[validation.Cause]:
     """``ValidateDeviceClass``: selectors and ``extendedResourceName``."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    spec: Mapping[str, Any] = obj["spec"] if isinstance(obj.get("spec"), Mapping) else {}
     selectors_ = spec.get("selectors") or []
     causes: list[validation.Cause] = []
     if len(selectors_) > MAX_SELECTORS:
@@ -349,7 +356,7 @@ def _list(server: FakeApiServer, plural: str, version: str, query: Mapping[str, 
             raise ApiError(400, status_body(400, f'field label not supported: {label}'))
     match = selectors.selector(field, query.get("labelSelector"))
     if query.get("watch") in ("true", "1"):
-        server._watch(store_key, None, match, query, handler)
+        server._watch(store_key, None, match, dict(query), handler)
         return None
     items, rv = server.store.list(store_key, None, match)
     out = []
