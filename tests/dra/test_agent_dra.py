@@ -152,3 +152,23 @@ def test_on_without_dra_refuses_and_a_failed_discovery_is_not_a_decision():
         srv.faults.clear()
         chosen = with_dra_mode(settings, "auto", client, threading.Event())
         assert chosen.dra == "v1" and not chosen.device_plugin
+
+
+def test_clean_deletes_this_nodes_slices_only(tmp_path, server):
+    import subprocess
+    import sys
+
+    h = Harness(tmp_path, server).start()
+    try:
+        wait_for(lambda: len(devices(server)) == 3, what="published")
+    finally:
+        h.close()
+    server.store.create(SLICES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                                 "metadata": {"name": "other-node"},
+                                 "spec": {"driver": "node-feature-agent.io", "nodeName": "other",
+                                          "pool": {"name": "other", "generation": 0, "resourceSliceCount": 1}}})
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    done = subprocess.run([sys.executable, "-m", "agent", "clean", "--node-name", NODE, "--kubeconfig", str(kubeconfig)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert "ResourceSlices: 1 deleted" in done.stdout, done.stdout + done.stderr
+    assert [s["metadata"]["name"] for s in server.store.list(SLICES)[0]] == ["other-node"]
