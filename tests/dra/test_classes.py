@@ -54,3 +54,47 @@ def test_cel_selects_its_class_only():
     assert _selects(tpu_expr, {**tpu, "driver": "node-feature-agent.io"})
     assert not _selects(tpu_expr, {**hailo, "driver": "node-feature-agent.io"})
     assert not _selects(tpu_expr, {**tpu, "driver": "gpu.example.com"})
+
+
+def _validate(tmp_path, text: str | None):
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "agent", "validate"]
+    if text is not None:
+        path = tmp_path / "classes.yaml"
+        path.write_text(text)
+        args += ["--device-classes", str(path)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_validate_checks_the_classes_cel(tmp_path):
+    assert _validate(tmp_path, None).returncode == 0
+    assert _validate(tmp_path, SHIPPED.read_text()).returncode == 0
+    wrong = _validate(tmp_path, SHIPPED.read_text().replace('class == "edgetpu"', 'class == "edgeTPU"'))
+    assert wrong.returncode == 1 and "does not select a node-feature-agent.io/edgetpu device" in wrong.stderr
+    broken = _validate(tmp_path, SHIPPED.read_text().replace('class == "hailo8"', 'class == == "hailo8"'))
+    assert broken.returncode == 1 and "does not compile" in broken.stderr
+    greedy = _validate(tmp_path, SHIPPED.read_text().replace(
+        'device.driver == "node-feature-agent.io" && device.attributes["node-feature-agent.io"].class == "hailo8"',
+        '"true"'))
+    assert greedy.returncode == 1 and "also selects" in greedy.stderr
+
+
+def test_explain_names_the_class_the_slice_and_why_a_device_is_left_out():
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES
+
+    def explain(case: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "agent", "explain", EDGETPU, "--host-root", str(FIXTURES / case)],
+                              capture_output=True, text=True, timeout=120, check=False)
+        return done.stdout
+
+    ready = explain("edge-ai")
+    assert "DeviceClass edgetpu.node-feature-agent.io" in ready
+    assert "edgetpu-pci-0000-01-00-0: slice 1 of 1" in ready
+    booting = explain("coral-usb-boot")  # 1a6e:089a: the catalogue's notReady entry
+    assert "edgetpu-usb-0000-00-14-0-1-2: left out: Coral USB Accelerator still in its boot (DFU) state" in booting
+    assert "edgetpu-usb-0000-00-14-0-1-2: slice 1 of 1 (tainted not-ready)" in booting
