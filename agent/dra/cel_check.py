@@ -5,10 +5,12 @@ publishes and no device of another class or driver. The devices are built as the
 builds them (``agent.dra.slices.device_attributes``), so a selector that names an attribute the
 writer does not publish fails here, not as a class that silently matches nothing.
 
-Why cel-python: it is the one pure-Python CEL implementation on PyPI (no compiled extension to
-build for 32-bit Arm), and the tests already use it for the admission policies. It implements
-CEL's core language, not Kubernetes' extension libraries (``semver()``, ``quantity()``), which
-the generated selectors do not use; a selector that needs them is reported as not compiling.
+Why cel-python: it is the one pure-Python CEL implementation on PyPI, and the tests already use
+it for the admission policies. It implements CEL's core language, not Kubernetes' extension
+libraries (``semver()``, ``quantity()``), which the generated selectors do not use; a selector
+that needs them is reported as not compiling. It needs a newer google-re2 than 32-bit Arm can
+install (pyproject), so it is not installed there: ``available()`` is False and ``validate``
+says the CEL was not checked.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from typing import Any
 from agent.deviceplugin.model import PluginDevice
 from agent.dra.names import DRIVER
 from agent.dra.slices import device_attributes
+
+
+def available() -> bool:
+    try:
+        import celpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _device(resource: str, driver: str = DRIVER) -> Any:
