@@ -16,7 +16,7 @@ read decides), as its label and count are held (``agent.rules.held``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.desired import DesiredNodeState
@@ -40,6 +40,9 @@ class DraService:
         self.taints = taints
         self.metrics = metrics
         self.publisher: SlicePublisher | None = None
+        #: what else takes each pass's devices, e.g. the kubelet DRA plugin's ``publish``:
+        #: the same mapping the slices are built from, so both name the same devices
+        self.consumers: list[Callable[[Mapping[str, ResourceDevices]], None]] = []
         self._stopped = False
         self._published: dict[str, ResourceDevices] = {}
 
@@ -82,3 +85,5 @@ class DraService:
         resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
         self._published = dict(resolved)
         self._publisher(str(meta["uid"])).publish(resolved)
+        for consumer in self.consumers:
+            consumer(resolved)

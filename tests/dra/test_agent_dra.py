@@ -172,3 +172,19 @@ def test_clean_deletes_this_nodes_slices_only(tmp_path, server):
                           capture_output=True, text=True, timeout=120, check=False)
     assert "ResourceSlices: 1 deleted" in done.stdout, done.stdout + done.stderr
     assert [s["metadata"]["name"] for s in server.store.list(SLICES)[0]] == ["other-node"]
+
+
+def test_consumers_get_the_mapping_the_slices_are_built_from(tmp_path, server):
+    h = Harness(tmp_path, server)
+    seen: list[dict] = []
+    h.agent.dra.consumers.append(lambda resources: seen.append(dict(resources)))
+    h.start()
+    try:
+        wait_for(lambda: len(devices(server)) == 3, what="published")
+        last = wait_for(lambda: seen and seen[-1], what="consumer called")
+        from agent.dra.names import device_name
+
+        names = {device_name(r, d.id) for r, state in last.items() for d in state.devices}
+        assert names == set(devices(server))
+    finally:
+        h.close()
