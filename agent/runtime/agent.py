@@ -76,6 +76,7 @@ REASON_RULES_INVALID = "RulesInvalid"
 REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
 REASON_CLUSTER_BOUNDED = "ClusterObjectsBounded"
+REASON_DRA_FAILED = "ResourceSlicesNotWritten"
 
 
 class Stopping(Exception):
@@ -115,7 +116,8 @@ class Agent:
         self.dra: DraService | None = None
         if settings.dra:  # DRA serves every declared resource: no device plugin beside it
             self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
-                                  taints=settings.dra_device_taints, metrics=self.metrics)
+                                  taints=settings.dra_device_taints, metrics=self.metrics,
+                                  on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
         elif settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 class DraService:
     def __init__(self, api_client: Any, host_root: str, node_name: str, version: str, *, taints: bool,
-                 metrics: AgentMetrics) -> None:
+                 metrics: AgentMetrics, on_problem: Callable[[str], None] = lambda _text: None) -> None:
         self.api_client = api_client
         self.host = HostFS(host_root)
         self.node_name = node_name
@@ -43,6 +43,8 @@ class DraService:
         #: what else takes each pass's devices, e.g. the kubelet DRA plugin's ``publish``:
         #: the same mapping the slices are built from, so both name the same devices
         self.consumers: list[Callable[[Mapping[str, ResourceDevices]], None]] = []
+        self.on_problem = on_problem
+        self._failing = ""
         self._stopped = False
         self._published: dict[str, ResourceDevices] = {}
 
@@ -63,8 +65,17 @@ class DraService:
                 self.publisher.stop(0.5)
             self.publisher = SlicePublisher(self.api_client, Node(self.node_name, uid), self.version,
                                             taints=self.taints, on_write=self.metrics.dra_slice_write,
-                                            on_sync=self.metrics.dra_sync).start()
+                                            on_sync=self._synced).start()
         return self.publisher
+
+    def _synced(self, result: str) -> None:
+        """Metric for every sync; a Warning when syncs start failing (once until one succeeds)."""
+        self.metrics.dra_sync(result)
+        failing = result if result in ("held", "error") else ""
+        if failing and not self._failing:
+            self.on_problem("the node's ResourceSlices could not be read; they are held as they are" if failing == "held"
+                            else "writing the node's ResourceSlices failed; retrying")
+        self._failing = failing
 
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
         """This pass's devices to the slice publisher (never waits on the API server)."""

@@ -188,3 +188,16 @@ def test_consumers_get_the_mapping_the_slices_are_built_from(tmp_path, server):
         assert names == set(devices(server))
     finally:
         h.close()
+
+
+def test_slices_that_cannot_be_read_are_held_with_a_warning(tmp_path, server):
+    server.faults.fail(503, count=1000, verb="GET", path="/resourceslices")
+    h = Harness(tmp_path, server).start()
+    try:
+        wait_for(lambda: any(e.get("reason") == "ResourceSlicesNotWritten" for e in server.events()),
+                 what="Warning Event")
+        assert devices(server) == {} and slice_writes(server) == []
+        server.faults.clear()
+        wait_for(lambda: len(devices(server)) == 3, what="published after the reads recover")
+    finally:
+        h.close()
