@@ -37,7 +37,8 @@ RESOURCES_RECORD = "node-feature-agent.io/owned-extended-resources"
 
 
 def _policy_from(text: str) -> dict:
-    (policy,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "ValidatingAdmissionPolicy"]
+    (policy,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "ValidatingAdmissionPolicy"
+                 and d["metadata"]["name"].endswith("-own-node")]
     return policy
 
 

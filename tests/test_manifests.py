@@ -37,6 +37,7 @@ SCHEMA_VERSIONS = tuple(v for v in sorted(set(all_versions()), key=lambda v: tup
                         if tuple(map(int, v.split("."))) >= tuple(map(int, FLOOR.split("."))))
 # kinds newer than the oldest version we support: checked against the first release serving them
 INTRODUCED = {("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy"): "1.34.0",
+              ("resource.k8s.io/v1", "DeviceClass"): "1.34.0",
               ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicyBinding"): "1.34.0",
               ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "1.36.0",
               ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): "1.36.0"}
@@ -382,7 +383,8 @@ def test_rbac_is_minimal():
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: wildcard {field}"
-            assert not FORBIDDEN_VERBS & set(rule["verbs"]), f"{role['metadata']['name']}: {rule['verbs']}"
+            if rule["resources"] != ["resourceslices"]:  # DRA: the driver writes its slices (deploy/dra.md)
+                assert not FORBIDDEN_VERBS & set(rule["verbs"]), f"{role['metadata']['name']}: {rule['verbs']}"
             assert "nonResourceURLs" not in rule and "resourceNames" not in rule
     (agent,) = objects("ClusterRole")
     granted = {(g, r, v) for rule in agent["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
@@ -392,6 +394,10 @@ def test_rbac_is_minimal():
         # --rules-from-cluster: NFD's objects, read only
         ("nfd.k8s-sigs.io", "nodefeaturerules", "list"), ("nfd.k8s-sigs.io", "nodefeaturerules", "watch"),
         ("nfd.k8s-sigs.io", "nodefeatures", "list"), ("nfd.k8s-sigs.io", "nodefeatures", "watch"),
+        # --dra: this node's ResourceSlices (the admission policy keeps it to its own node's),
+        # ResourceClaims read only
+        *{("resource.k8s.io", "resourceslices", v) for v in ("list", "watch", "create", "update", "delete")},
+        *{("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")},
     }
     # Events: create only, core/v1 only, only in the namespace the code posts Node events to
     from agent.reconcile.events import EVENT_NAMESPACE
@@ -426,8 +432,8 @@ def test_pod_guard_rbac_is_separate_and_read_mostly():
 
 def test_admission_policy_is_shipped_on_by_default():
     """What it admits is tested with cel-python in tests/test_admission_policy.py."""
-    (policy,) = objects("ValidatingAdmissionPolicy")
-    (binding,) = objects("ValidatingAdmissionPolicyBinding")
+    (policy,) = [p for p in objects("ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("-own-node")]
+    (binding,) = [b for b in objects("ValidatingAdmissionPolicyBinding") if b["metadata"]["name"].endswith("-own-node")]
     assert VALUES["admissionPolicy"]["enabled"] is True
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
@@ -601,6 +607,7 @@ def test_chart_rbac_matches_the_plain_manifest():
     main, _, guarded = text.partition("{{- if .Values.podGuard.enabled }}")
     assert "pods" not in main, "pod rules must only render with podGuard.enabled"
     assert '"pods"' in guarded and "pods/eviction" in guarded
+    outside_dra = text.split("{{- if ne (toString .Values.dra.mode)")[0]
     for verb in FORBIDDEN_VERBS - {"*"}:
-        assert f'"{verb}"' not in text
+        assert f'"{verb}"' not in outside_dra
     assert '"*"' not in text

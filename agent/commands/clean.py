@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     api = NodeApi(LightCoreV1Api(api_client(args.kubeconfig or None)))
     reconciler = Reconciler(api, args.node_name, emit_events=not args.no_events, max_attempts=max(1, args.retries))
     outcome = reconciler.clean()
+    slices = clean_slices(api.core.api_client, args.node_name)
     if args.format == "json":
         json.dump({"node": args.node_name, **outcome.to_json()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -72,4 +73,27 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {line}")
         for problem in outcome.problems:
             print(f"  problem: {problem}")
-    return 0 if outcome.clean else 1
+    if slices:
+        print(f"node {args.node_name}: ResourceSlices: {slices}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 0 if outcome.clean and not slices.startswith("NOT") else 1
+
+
+def clean_slices(client: object, node_name: str) -> str:
+    """Delete this node's ResourceSlices of the agent's driver (DRA mode); "" when the cluster
+    serves no DRA API. A read that fails deletes nothing and says so."""
+    from agent.dra import mode
+    from agent.dra.slices import Node, ReadFailed, SliceWriter
+
+    try:
+        served = mode.discover(client)
+    except mode.Undetermined as exc:
+        return f"NOT clean: {exc}"
+    if not served.version:
+        return ""
+    try:
+        deleted = SliceWriter(client, Node(node_name, ""), served.version).delete_all()
+    except ReadFailed as exc:
+        return f"NOT clean: {exc}; nothing deleted"
+    except Exception as exc:  # noqa: BLE001 - a refused delete: say so, exit non-zero
+        return f"NOT clean: deleting failed: {exc}"
+    return f"{deleted} deleted"

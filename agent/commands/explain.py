@@ -58,9 +58,39 @@ def run(args: argparse.Namespace) -> int:
     options = rule_options(args)
     explanations = [explain(result, name, options, hidden_cpuid_label(args, result.features, name))
                     for name in args.names]
+    dra = {name: dra_lines(args, result.state, name) for name in args.names if name in result.state.device_claims}
     if args.format == "json":
-        json.dump([{"name": e.target, "present": e.present, "known": e.known, "lines": list(e.lines)} for e in explanations], sys.stdout, indent=2)
+        json.dump([{"name": e.target, "present": e.present, "known": e.known, "lines": list(e.lines),
+                    **({"dra": dra[e.target]} if e.target in dra else {})} for e in explanations],
+                  sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print("\n\n".join(e.text() for e in explanations))
+        print("\n\n".join(e.text() + ("\n" + "\n".join(dra[e.target]) if e.target in dra else "")
+                          for e in explanations))
     return 0 if all(e.known for e in explanations) else 1
+
+
+def dra_lines(args: argparse.Namespace, state: Any, resource: str) -> list[str]:
+    """In DRA mode (``run --dra``): each device's DRA name, its DeviceClass and the slice of this
+    node's pool it is in (as the writer splits them), or why it is left out."""
+    from agent.deviceplugin.resolve import resolve_claims
+    from agent.dra.classes import class_name
+    from agent.dra.names import DRIVER
+    from agent.dra.slices import chunks, published_devices
+    from agent.hostfs import HostFS
+
+    resolved = resolve_claims(HostFS(args.host_root), state.device_claims)
+    lines = [f"  DRA (run --dra): DeviceClass {class_name(resource)}, driver {DRIVER}, pool = the node's name"]
+    for taints, api in ((False, "without device taints (before 1.36)"), (True, "with device taints (1.36+)")):
+        published = published_devices(resolved, taints=taints)
+        slices = chunks(published.devices)
+        lines.append(f"    {api}: {len(slices)} slice(s)")
+        for index, chunk in enumerate(slices):
+            for device in chunk:
+                if published.where.get(device["name"]) == resource:
+                    taint = " (tainted not-ready)" if device.get("taints") else ""
+                    lines.append(f"      {device['name']}: slice {index + 1} of {len(slices)}{taint}")
+        for name, why in sorted(published.left_out.items()):
+            if published.where.get(name) == resource:
+                lines.append(f"      {name}: left out: {why}")
+    return lines

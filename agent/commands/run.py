@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent.config import (
     add_host_arguments,
@@ -107,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "kubelet then owns those resources' capacity and the agent stops patching them")
     parser.add_argument("--device-plugin-dir", default="/var/lib/kubelet/device-plugins", metavar="DIR",
                         help="kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
+    parser.add_argument("--dra", choices=("auto", "on", "off"), default="off",
+                        help="serve the devices the catalogue declares through Dynamic Resource Allocation: publish "
+                             "this node's ResourceSlices (resource.k8s.io v1, else v1beta1) instead of the device "
+                             "plugin and the patched counts; auto: when the cluster serves the API, else as "
+                             "--device-plugin says; on: refuse to start without it (deploy/dra.md)")
     parser.add_argument("--rules-from-cluster", choices=("on", "off"), default="on",
                         help="on: also evaluate the cluster's NodeFeatureRule objects (beside --rules) and join this "
                              "node's NodeFeature objects to discovery, as NFD's master does; the agent runs without them "
@@ -138,6 +143,35 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         rules_from_cluster=args.rules_from_cluster == "on", enable_taints=args.enable_taints)
 
 
+def with_dra_mode(settings: Settings, wanted: str, client: Any, stop: threading.Event,
+                  attempts: int = 5) -> Settings:
+    """``settings`` with the DRA mode ``--dra`` and the server's discovery give (``agent.dra.mode``).
+    A discovery read that fails is retried (1 s, 2 s, 4 s, 8 s); still undetermined, it is a
+    ``ValueError`` for ``auto`` too: the pod exits and kubelet restarts it, rather than the agent
+    serving devices in a mode it did not decide. In DRA mode the device plugin is off."""
+    import dataclasses
+
+    from agent.dra import mode
+
+    if wanted == "off":
+        return settings
+    chosen = mode.DraApi("")
+    for attempt in range(attempts):
+        try:
+            chosen = mode.decide(wanted, mode.discover(client))
+            break
+        except mode.Undetermined as exc:
+            log.warning("DRA mode undetermined (%s)", exc, extra={"node": settings.node_name, "event": "dra-mode"})
+            if attempt == attempts - 1 or stop.wait(2.0 ** attempt):
+                raise ValueError(f"--dra={wanted}: cannot tell which DRA API the cluster serves ({exc})") from exc
+    log.info("DRA mode: %s", f"resource.k8s.io/{chosen.version}" if chosen.version else "off (not served)",
+             extra={"node": settings.node_name, "event": "dra-mode"})
+    if not chosen.version:
+        return settings
+    return dataclasses.replace(settings, dra=chosen.version, dra_device_taints=chosen.device_taints,
+                               device_plugin=False)
+
+
 def run(args: argparse.Namespace) -> int:
     from agent.kube.connect import api_client
     from agent.kube.light_core import LightCoreV1Api
@@ -150,6 +184,11 @@ def run(args: argparse.Namespace) -> int:
     require_node_name(args)
     api = NodeApi(LightCoreV1Api(api_client(args.kubeconfig or None)))
     stop = threading.Event()
+    try:
+        settings = with_dra_mode(settings, getattr(args, "dra", "off"), api.core.api_client, stop)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name, extra={"event": "signal"})

@@ -17,6 +17,9 @@ HELP = "check label files and NodeFeatureRule YAML; exit non-zero with file:line
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_policy_arguments(parser)
     parser.add_argument("--strict", action="store_true", help="treat warnings (ignored files, duplicates) as errors")
+    parser.add_argument("--device-classes", metavar="FILE",
+                        help="also check these DeviceClasses' CEL selectors (deploy/device-classes.yaml); without it, "
+                             "the classes the catalogue implies are checked")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,8 +32,31 @@ def run(args: argparse.Namespace) -> int:
     for warning in catalogue.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     rule_count = sum(1 for _ in catalogue.rules())
-    failed = bool(catalogue.problems) or (args.strict and bool(catalogue.warnings))
+    class_problems = device_class_problems(catalogue, getattr(args, "device_classes", None))
+    for text in class_problems:
+        print(f"error: DeviceClass {text}", file=sys.stderr)
+    failed = bool(catalogue.problems or class_problems) or (args.strict and bool(catalogue.warnings))
     status = "FAILED" if failed else "ok"
     print(f"{status}: {len(catalogue.files)} file(s), {rule_count} rule(s), {len(catalogue.label_files)} label file(s), "
-          f"{len(catalogue.problems)} error(s), {len(catalogue.warnings)} warning(s) in {', '.join(dirs)}")
+          f"{len(catalogue.problems) + len(class_problems)} error(s), {len(catalogue.warnings)} warning(s) in {', '.join(dirs)}")
     return 1 if failed else 0
+
+
+def device_class_problems(catalogue: object, path: str | None) -> list[str]:
+    """The CEL problems of the DeviceClasses in ``path``, or of those the catalogue implies."""
+    import yaml
+
+    from agent.dra.cel_check import available, problems
+    from agent.dra.classes import device_classes
+
+    if not available():
+        print("warning: DeviceClass CEL not checked: cel-python is not installed on this platform", file=sys.stderr)
+        return []
+    if path is None:
+        return problems(device_classes(catalogue))  # type: ignore[arg-type]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            docs = [d for d in yaml.safe_load_all(handle) if isinstance(d, dict) and d.get("kind") == "DeviceClass"]
+    except (OSError, yaml.YAMLError) as exc:
+        return [f"{path}: cannot read: {exc}"]
+    return problems(docs)

@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+DEVICE_ATTRIBUTES = ("address", "vendor", "device", "class", "serial", "driver", "sysfs_name")
+"""The matched device's attributes a ``PluginDevice`` keeps (PCI and USB sources' names)."""
+
 MAX_DEVICE_ID = 63
 """``Device.ID``: "Max length of this field is 63 characters" (api.proto)."""
 
@@ -36,13 +39,18 @@ class HostMount:
 
 @dataclass(frozen=True)
 class PluginDevice:
-    """One allocatable device. ``why`` says why it is unhealthy ("" when healthy)."""
+    """One allocatable device. ``why`` says why it is unhealthy ("" when healthy).
+
+    ``attributes``: what the host tells of it, for DRA's ResourceSlices (``agent.dra.slices``),
+    sorted (key, value) pairs from ``DEVICE_ATTRIBUTES`` of the matched device plus
+    ``pcie_root`` (the PCI root bus its sysfs path hangs under) and ``bus`` (pci or usb)."""
 
     id: str
     nodes: tuple[DeviceNode, ...] = ()
     why: str = ""
     numa_node: int | None = None
     origin: str = ""  # sysfs path, for logs
+    attributes: tuple[tuple[str, str], ...] = ()
 
     @property
     def healthy(self) -> bool:

@@ -25,10 +25,18 @@ import re
 from collections.abc import Mapping
 
 from agent.device_claims import DeviceClaim, MatchedDevice, NodeSpec
-from agent.deviceplugin.model import MAX_DEVICE_ID, DeviceNode, HostMount, PluginDevice, ResourceDevices
+from agent.deviceplugin.model import (
+    DEVICE_ATTRIBUTES,
+    MAX_DEVICE_ID,
+    DeviceNode,
+    HostMount,
+    PluginDevice,
+    ResourceDevices,
+)
 from agent.hostfs import HostFileError, HostFS
 
 _ROOT_HUB = re.compile(r"usb\d+")
+_PCI_ROOT = re.compile(r"pci[0-9a-f]{4,}:[0-9a-f]{2}")
 _DEVNAME = re.compile(r"[A-Za-z0-9_.:/+-]+")
 
 
@@ -116,6 +124,30 @@ def _numa(device: MatchedDevice) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _pcie_root(host: HostFS, device: MatchedDevice) -> str:
+    """``pci<domain>:<bus>``: the root bus directory the device's resolved sysfs path hangs
+    under (``/sys/devices/pci0000:00/...``), as k8s.io/dynamic-resource-allocation
+    ``deviceattribute`` derives ``resource.kubernetes.io/pcieRoot``; "" when not a PCI path."""
+    try:
+        path = host.resolve(device.origin) if device.origin else ""
+    except HostFileError:
+        return ""
+    parts = path.split("/")
+    if len(parts) > 3 and parts[1:3] == ["sys", "devices"] and _PCI_ROOT.fullmatch(parts[3]):
+        return parts[3]
+    return ""
+
+
+def _host_attributes(host: HostFS, device: MatchedDevice) -> tuple[tuple[str, str], ...]:
+    attrs = {k: v for k, v in device.attributes.items() if k in DEVICE_ATTRIBUTES and v}
+    attrs["bus"] = device.feature.split(".", 1)[0]
+    if "address" in attrs:
+        root = _pcie_root(host, device)
+        if root:
+            attrs["pcie_root"] = root
+    return tuple(sorted(attrs.items()))
+
+
 def resolve_claim(host: HostFS, claim: DeviceClaim) -> ResourceDevices:
     declaration = claim.declaration
     devices: dict[str, PluginDevice] = {}
@@ -132,7 +164,8 @@ def resolve_claim(host: HostFS, claim: DeviceClaim) -> ResourceDevices:
         if not why and not paths:
             kinds = ", ".join(s.kind if s.kind == "usb" else f"{s.kind} {s.value}" for s in declaration.nodes)
             why = problem or f"no device node found ({kinds}); is its driver bound?"
-        devices[ident] = PluginDevice(ident, nodes, why, _numa(matched), matched.origin)
+        devices[ident] = PluginDevice(ident, nodes, why, _numa(matched), matched.origin,
+                                      _host_attributes(host, matched))
     mounts = tuple(HostMount(m.host_path, m.container_path, m.read_only) for m in declaration.mounts)
     return ResourceDevices(declaration.resource, tuple(devices.values()), declaration.env, mounts, declaration.origin)
 

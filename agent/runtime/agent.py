@@ -15,7 +15,8 @@ One pass (``_process``), each step a method:
    last delivered when it is provably newer than our own last write, else on a fresh GET; on
    an error the pass ends and a retry is scheduled after the Reconciler's ``retry_after``
    (backoff, Retry-After); any event before then starts a fresh pass at once;
-5. publish devices to the device plugins (``--device-plugin=on``);
+5. publish devices to the device plugins (``--device-plugin=on``) or the node's ResourceSlices
+   (``--dra``, ``agent.runtime.dra_service``);
 6. report: the pass's one Event, metrics, a log line; readiness and the pod guard.
 
 Resync: every ``resync_interval`` seconds +/- ``resync_jitter`` (a DaemonSet's agents spread
@@ -51,6 +52,7 @@ from agent.runtime.config_state import WorkerConfigState
 from agent.runtime.device_events import DeviceEvents
 from agent.runtime.device_service import DeviceService
 from agent.runtime.discovery_cache import DiscoveryCache
+from agent.runtime.dra_service import DraService
 from agent.runtime.event_sources import EventSource
 from agent.runtime.health import HealthServer
 from agent.runtime.hotplug import HotplugMonitor, Poller
@@ -74,6 +76,7 @@ REASON_RULES_INVALID = "RulesInvalid"
 REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
 REASON_CLUSTER_BOUNDED = "ClusterObjectsBounded"
+REASON_DRA_FAILED = "ResourceSlicesNotWritten"
 
 
 class Stopping(Exception):
@@ -110,7 +113,12 @@ class Agent:
                                         settings.sources, observe=self._observe_discovery,
                                         on_degraded=self._source_degraded, on_undetermined=self._feature_undetermined)
         self.devices: DeviceService | None = None
-        if settings.device_plugin:
+        self.dra: DraService | None = None
+        if settings.dra:  # DRA serves every declared resource: no device plugin beside it
+            self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
+                                  taints=settings.dra_device_taints, metrics=self.metrics,
+                                  on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
+        elif settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
         self.device_events = DeviceEvents(settings.udev_mode, settings.host_root, settings.poll_interval,
@@ -154,6 +162,8 @@ class Agent:
         if self.devices is not None:
             self.parts.start(Part("device plugin", self.devices.start, self.devices.alive, self.devices.stop,
                                   after_worker=True))
+        if self.dra is not None:
+            self.parts.start(Part("DRA slices", self.dra.start, self.dra.alive, self.dra.stop, after_worker=True))
         if s.watch_rules:
             self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited)
             self.parts.start(Part("rules watcher", self.rules_watcher.start, self.rules_watcher.alive,
@@ -402,7 +412,7 @@ class Agent:
         key = (self.discovery.generation, self._rule_generations(), tuple(unanswered.items()))
         if self._plan is None or key != self._plan_key:
             plan = NodePlanner.build(self.discovery.current, self.catalogue(), self.settings.rule_options,
-                                     unanswered, handing_over=self.devices is not None)
+                                     unanswered, handing_over=self.devices is not None or self.dra is not None)
             if self.cluster is not None:  # this node's NodeFeature objects, as nfd-master merges them
                 features, labels, origins = self.cluster.join(plan.features, plan.raw_labels, plan.label_origins)
                 held = self._cluster_undetermined()
@@ -489,8 +499,23 @@ class Agent:
 
     def _publish_devices(self, outcome: ReconcileOutcome, plan: NodePlanner) -> None:
         """The device plugins get this pass's devices whatever the API server said."""
+        desired = outcome.desired if outcome.desired is not None else None
         if self.devices is not None:
-            self.devices.publish(outcome.desired if outcome.desired is not None else plan({}), self.api.last_node)
+            self.devices.publish(desired if desired is not None else plan({}), self.api.last_node)
+        if self.dra is not None:
+            self.dra.publish(desired if desired is not None else plan({}), self._freshest_node())
+
+    def _freshest_node(self) -> dict[str, Any] | None:
+        """The newer of the Node we last read or wrote and the one the watch last delivered (a
+        pass on the watched Node makes no request)."""
+        watched = self.node_watcher.latest if self.node_watcher is not None else None
+        found = [n for n in (self.api.last_node, watched) if n is not None]
+
+        def version(node: dict[str, Any]) -> int:
+            text = str((node.get("metadata") or {}).get("resourceVersion") or "0")
+            return int(text) if text.isdigit() else 0
+
+        return max(found, key=version) if found else None
 
     def _report(self, batch: q.Batch, outcome: ReconcileOutcome, rerun: tuple[str, ...], started: float) -> None:
         """The pass's one Event, its metrics and its log line."""

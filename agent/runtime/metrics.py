@@ -77,6 +77,12 @@ class AgentMetrics:
         self.device_plugin_devices = Gauge(
             "nfa_device_plugin_devices", "Devices a device plugin resource advertises to kubelet, by health",
             ["resource", "health"], registry=r)
+        self.dra_slice_writes = Counter(
+            "nfa_dra_slice_writes_total", "ResourceSlice writes in DRA mode, by operation (create, update, delete)",
+            ["op"], registry=r)
+        self.dra_syncs = Counter(
+            "nfa_dra_syncs_total", "ResourceSlice syncs in DRA mode, by result (unchanged, written, held: the "
+            "slices could not be read, error: a write failed)", ["result"], registry=r)
         self.watch_ignored = Counter(
             "nfa_watch_ignored_total",
             "Watch and LIST items ignored: undecodable, wrong-kind (not the watched kind), no-uid",
@@ -111,6 +117,12 @@ class AgentMetrics:
     def device_plugin_advertised(self, resource: str, healthy: int, unhealthy: int) -> None:
         self.device_plugin_devices.labels(resource, "Healthy").set(healthy)
         self.device_plugin_devices.labels(resource, "Unhealthy").set(unhealthy)
+
+    def dra_slice_write(self, op: str) -> None:
+        self.dra_slice_writes.labels(op).inc()
+
+    def dra_sync(self, result: str) -> None:
+        self.dra_syncs.labels(result).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

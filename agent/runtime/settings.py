@@ -51,5 +51,7 @@ class Settings:
     retries: int = 1  # tries per request inside a pass; 1: a failure ends the pass, the retry is scheduled
     device_plugin: bool = False  # serve the catalogue's declared devices to kubelet (agent.runtime.device_service)
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    dra: str = ""  # the resource.k8s.io version ResourceSlices are written in ("": no DRA; agent.dra.mode)
+    dra_device_taints: bool = False  # the server has device taints (unready devices tainted, not left out)
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
     contest: ContestSettings = field(default_factory=ContestSettings)  # keys another writer changes back

@@ -444,13 +444,19 @@ class FakeApiServer:
     ``watch_410`` (``"event"``: 200 then an in-stream ERROR, as the watch cache does; ``"http"``:
     a plain 410 response), ``compact_interval`` (seconds; compact history on a timer as
     kube-apiserver's etcd compactor does; off by default so a test decides when versions expire),
-    ``nfd_crds`` (serve NFD's CRDs from the start; ``custom.install()``/``uninstall()`` later).
+    ``nfd_crds`` (serve NFD's CRDs from the start; ``custom.install()``/``uninstall()`` later),
+    ``dra_versions`` (the ``resource.k8s.io`` versions served, preferred first; ``()``: none) and
+    ``dra_device_taints`` (the ``DRADeviceTaints`` feature: device taints kept and
+    ``devicetaintrules`` discovered), see ``dra_resources.py``.
     """
 
     def __init__(self, *, token: str | None = None, check_resource_names: bool = True, kubelet: bool = True,
                  bookmark_interval: float = 1.0, watch_timeout: float = 300.0, watch_410: str = "event",
-                 compact_interval: float | None = None, nfd_crds: bool = False) -> None:
+                 compact_interval: float | None = None, nfd_crds: bool = False,
+                 dra_versions: tuple[str, ...] = ("v1", "v1beta1"), dra_device_taints: bool = False) -> None:
         self.token = token
+        self.dra_versions = tuple(dra_versions)
+        self.dra_device_taints = dra_device_taints
         self.check_resource_names = check_resource_names
         self.kubelet = kubelet
         self.bookmark_interval = bookmark_interval
@@ -801,11 +807,15 @@ class FakeApiServer:
 
     def _dispatch(self, method: str, parts: list[str], query: dict[str, str], body: Any, content_type: str,
                   accept: str, raw: bytes, handler: _Handler) -> tuple[int, Any] | None:
+        from tests.support import dra_resources  # it builds on this module's errors
+
         document = self._discovery(parts)
         if document is not None:
             return document
         if raw and body is not None and isinstance(body, str):
             raise ApiError(400, status_body(400, "the body of the request could not be decoded as JSON"))
+        if parts[:2] == ["apis", dra_resources.GROUP] and len(parts) > 3:  # resource.k8s.io (dra_resources.py)
+            return dra_resources.route(self, method, parts, query, body, content_type, handler)
         for route in self.routes:  # resources served by their own modules (pods.py, objects.py)
             answer = route(self, method, parts, query, body, content_type)
             if answer is not None:
@@ -831,6 +841,8 @@ class FakeApiServer:
 
     def _discovery(self, parts: list[str]) -> tuple[int, Any] | None:
         """The version, health and discovery documents, or None for any other path."""
+        from tests.support import dra_resources
+
         if parts == ["version"]:
             return 200, discovery.VERSION
         if parts in (["healthz"], ["livez"], ["readyz"]):
@@ -838,7 +850,16 @@ class FakeApiServer:
         if parts == ["api"]:
             return 200, discovery.api_versions(f"127.0.0.1:{self.port}")
         if parts == ["apis"]:
-            return 200, discovery.group_list()
+            groups = discovery.group_list()
+            dra_group = dra_resources.group(self.dra_versions)
+            if dra_group is not None:
+                groups["groups"].append(dra_group)
+            return 200, groups
+        if parts == ["apis", dra_resources.GROUP] and self.dra_versions:
+            return 200, {"kind": "APIGroup", "apiVersion": "v1", **dra_resources.group(self.dra_versions)}  # type: ignore[dict-item]
+        if len(parts) == 3 and parts[:2] == ["apis", dra_resources.GROUP] and parts[2] in self.dra_versions:
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{parts[1]}/{parts[2]}",
+                         "resources": dra_resources.resources(parts[2], self.dra_device_taints)}
         if parts == ["openapi", "v3"]:
             return 200, discovery.openapi_v3_root()
         if parts == ["openapi", "v3", "api", "v1"]:

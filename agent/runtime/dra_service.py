@@ -1,0 +1,100 @@
+"""The agent's side of DRA mode (``run --dra``): this pass's devices to the ResourceSlice
+publisher, with the same one-owner-per-resource care as the device plugin
+(``agent.runtime.device_service``).
+
+In DRA mode every resource the catalogue declares ``devices:`` for is served through DRA and
+through nothing else: the device plugin is not started, and the agent stops patching those
+resources' counts (``hand_to_kubelet`` drops them from the desired extended resources). A
+resource whose count the agent's ownership record still lists is not published until a Node
+read shows it gone: a DeviceClass with ``extendedResourceName`` and a patched count of the same
+name would count the same devices twice on this node. Without a Node read nothing is published.
+
+A resource an undetermined feature decides keeps the devices last published (none before a
+read decides), as its label and count are held (``agent.rules.held``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent.desired import DesiredNodeState
+from agent.deviceplugin.model import ResourceDevices
+from agent.dra.publisher import SlicePublisher
+from agent.dra.slices import Node
+from agent.hostfs import HostFS
+from agent.reconcile.ownership import parse_ownership
+from agent.runtime.metrics import AgentMetrics
+
+log = logging.getLogger(__name__)
+
+
+class DraService:
+    def __init__(self, api_client: Any, host_root: str, node_name: str, version: str, *, taints: bool,
+                 metrics: AgentMetrics, on_problem: Callable[[str], None] = lambda _text: None) -> None:
+        self.api_client = api_client
+        self.host = HostFS(host_root)
+        self.node_name = node_name
+        self.version = version
+        self.taints = taints
+        self.metrics = metrics
+        self.publisher: SlicePublisher | None = None
+        #: what else takes each pass's devices, e.g. the kubelet DRA plugin's ``publish``:
+        #: the same mapping the slices are built from, so both name the same devices
+        self.consumers: list[Callable[[Mapping[str, ResourceDevices]], None]] = []
+        self.on_problem = on_problem
+        self._failing = ""
+        self._stopped = False
+        self._published: dict[str, ResourceDevices] = {}
+
+    def start(self) -> DraService:
+        return self
+
+    def alive(self) -> bool:
+        return self.publisher is None or self.publisher.alive() or self._stopped
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stopped = True
+        if self.publisher is not None:
+            self.publisher.stop(timeout)
+
+    def _publisher(self, uid: str) -> SlicePublisher:
+        if self.publisher is None or self.publisher.writer.node.uid != uid:
+            if self.publisher is not None:  # the Node was recreated: its slices went with it
+                self.publisher.stop(0.5)
+            self.publisher = SlicePublisher(self.api_client, Node(self.node_name, uid), self.version,
+                                            taints=self.taints, on_write=self.metrics.dra_slice_write,
+                                            on_sync=self._synced).start()
+        return self.publisher
+
+    def _synced(self, result: str) -> None:
+        """Metric for every sync; a Warning when syncs start failing (once until one succeeds)."""
+        self.metrics.dra_sync(result)
+        failing = result if result in ("held", "error") else ""
+        if failing and not self._failing:
+            self.on_problem("the node's ResourceSlices could not be read; they are held as they are" if failing == "held"
+                            else "writing the node's ResourceSlices failed; retrying")
+        self._failing = failing
+
+    def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
+        """This pass's devices to the slice publisher (never waits on the API server)."""
+        from agent.deviceplugin.resolve import resolve_claims
+
+        meta = (node or {}).get("metadata") or {}
+        if not meta.get("uid") or self._stopped:
+            return
+        owned = parse_ownership(meta.get("annotations") or {}).resources
+        held = {n for n in desired.device_claims if n in desired.held_resources}
+        claims = {n: c for n, c in desired.device_claims.items() if n not in owned | held}
+        try:
+            resolved = resolve_claims(self.host, claims)
+        except Exception:  # a bug here must not cost the node its labels: keep the last slices
+            log.exception("resolving devices failed; the ResourceSlices keep their last devices",
+                          extra={"node": self.node_name, "event": "dra-error"})
+            return
+        resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
+        self._published = dict(resolved)
+        self._publisher(str(meta["uid"])).publish(resolved)
+        for consumer in self.consumers:
+            consumer(resolved)
