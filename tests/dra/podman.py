@@ -1,5 +1,5 @@
-"""Debian's podman as the CDI consumer of the DRA tests (recipe: ../shared/reference/dra.md;
-installed by .ci/run). podman reads CDI specs from /etc/cdi and /var/run/cdi (podman 4.3
+"""Debian's podman (4.3) as the CDI consumer of the DRA tests, with Debian's busybox-static as
+the image (both installed by .ci/run). podman reads CDI specs from /etc/cdi and /var/run/cdi (podman 4.3
 ignores containers.conf ``cdi_spec_dirs``), so a test's plugin writes to the real /var/run/cdi
 under claim UIDs no one else uses and unprepares them at the end."""
 

@@ -67,7 +67,8 @@ def test_prepare_writes_a_valid_cdi_spec_and_unprepare_removes_it(bed):
     assert plugin.prepared() == {uid}
     assert bed.kubelet.unprepare(ref).claims[uid].error == ""
     assert not os.path.exists(cdi.spec_path(bed.cdi_dir, uid)) and plugin.prepared() == frozenset()
-    assert json.load(open(plugin.checkpoint_path)) == {"claims": {}}
+    with open(plugin.checkpoint_path) as handle:
+        assert json.load(handle) == {"claims": {}}
 
 
 def test_prepare_is_idempotent_and_a_repeat_needs_no_read(bed):

@@ -193,6 +193,11 @@ class KubeletDra:
             "resource.k8s.io", "v1", namespace, "resourceclaims", name, {"status": {"allocation": None}})
 
     # -- the DRA client -------------------------------------------------------------------
+    def channel(self) -> grpc.Channel:
+        """The channel to the registered driver's DRA socket."""
+        with self._cond:
+            return self._drivers[DRIVER][2]
+
     def _call(self, method: str, claims: list[tuple[str, str, str]]) -> Any:
         with self._cond:
             entry = self._drivers.get(DRIVER)
