@@ -43,6 +43,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -76,6 +77,9 @@ MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 """A checkpoint larger than this was not written by us; it is set aside, not parsed."""
 
 Observer = Callable[[str, str], None]  # (operation, result) -> None
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+"""A claim UID as kubelet sends it (``metadata.uid``, a UUID); it names our files, so anything
+else (a path, ``..``) is refused before it is used."""
 
 
 class ClaimError(Exception):
@@ -277,6 +281,8 @@ class KubeletPlugin:
         for claim in request.claims:
             answer = out.claims[claim.uid]
             try:
+                if not _UID.fullmatch(claim.uid):
+                    raise ClaimError("the claim UID is not a Kubernetes UID; nothing prepared")
                 for request_name, pool, device, ids in self._prepare_one(claim.namespace, claim.name, claim.uid):
                     answer.devices.add(request_names=[request_name], pool_name=pool, device_name=device,
                                        cdi_device_ids=ids)
@@ -369,6 +375,9 @@ class KubeletPlugin:
         out = v1_pb2.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             answer = out.claims[claim.uid]
+            if not _UID.fullmatch(claim.uid):  # no file of ours can carry it: nothing to undo
+                self._observe("unprepare", "unprepared")
+                continue
             with self._lock:
                 try:
                     cdi.remove_spec(self.cdi_dir, claim.uid)

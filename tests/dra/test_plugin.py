@@ -263,3 +263,31 @@ def test_kubeletplugin_defaults_are_kubelets_directories():
     assert plugin.registration_path == "/var/lib/kubelet/plugins_registry/node-feature-agent.io-reg.sock"
     assert plugin.socket_path == "/var/lib/kubelet/plugins/node-feature-agent.io/dra.sock"
     assert plugin.cdi_dir == "/var/run/cdi"
+
+
+def test_a_claim_that_cannot_be_read_fails_as_undetermined_and_nothing_is_written(bed):
+    bed.start_plugin()
+    bed.kubelet.start().wait_registered()
+    ref = bed.claim("tpu", [APEX_NAME])
+    path = "/resourceclaims/tpu"
+    bed.server.faults.fail(503, verb="GET", path=path)
+    bed.server.faults.refuse_connections(verb="GET", path=path)
+    bed.server.faults.answer({"kind": "Status", "items": []}, verb="GET", path=path)
+    bed.server.faults.answer({"kind": "ResourceClaim", "metadata": {"uid": ref[2]}, "pad": "x" * (3 << 20)},
+                             verb="GET", path=path)
+    errors = [bed.kubelet.prepare(ref).claims[ref[2]].error for _ in range(4)]
+    assert "HTTP 503" in errors[0] and "kubelet retries" in errors[0]
+    assert "reading ResourceClaim default/tpu" in errors[1] and "kubelet retries" in errors[1]
+    assert "not a ResourceClaim" in errors[2]
+    assert "larger than 2097152 bytes" in errors[3]
+    assert cdi.claim_specs(bed.cdi_dir) == set() and bed.plugin.prepared() == frozenset()
+    assert bed.kubelet.prepare(ref).claims[ref[2]].error == ""  # read again: prepared
+
+
+def test_a_claim_uid_that_is_a_path_is_refused_before_any_file_is_touched(bed):
+    bed.start_plugin()
+    bed.kubelet.start().wait_registered()
+    hostile = ("default", "tpu", "../../../tmp/escape")
+    assert "not a Kubernetes UID" in bed.kubelet.prepare(hostile).claims[hostile[2]].error
+    assert bed.kubelet.unprepare(hostile).claims[hostile[2]].error == ""
+    assert os.listdir(bed.cdi_dir) == [] and [r for r in bed.server.requests if "resourceclaims" in r.path] == []
