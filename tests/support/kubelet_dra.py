@@ -198,19 +198,23 @@ class KubeletDra:
         with self._cond:
             return self._drivers[DRIVER][2]
 
-    def _call(self, method: str, claims: list[tuple[str, str, str]]) -> Any:
+    def _stub(self) -> tuple[Any, Any]:
+        """The generated module and a stub of the service kubelet chose at registration."""
         with self._cond:
             entry = self._drivers.get(DRIVER)
         if entry is None:
             raise AssertionError(f"driver {DRIVER} is not registered")
         _path, service, channel = entry
         pb2, grpc_mod = (v1_pb2, v1_grpc) if service == "v1.DRAPlugin" else (v1beta1_pb2, v1beta1_grpc)
-        request_type = getattr(pb2, f"Node{method}ResourcesRequest")
-        request = request_type(claims=[pb2.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims])
-        return getattr(grpc_mod.DRAPluginStub(channel), f"Node{method}Resources")(request, timeout=CALL_TIMEOUT)
+        return pb2, grpc_mod.DRAPluginStub(channel)
 
     def prepare(self, *claims: tuple[str, str, str]) -> Any:
-        return self._call("Prepare", list(claims))
+        pb2, stub = self._stub()
+        request = pb2.NodePrepareResourcesRequest(claims=[pb2.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims])
+        return stub.NodePrepareResources(request, timeout=CALL_TIMEOUT)
 
     def unprepare(self, *claims: tuple[str, str, str]) -> Any:
-        return self._call("Unprepare", list(claims))
+        pb2, stub = self._stub()
+        request = pb2.NodeUnprepareResourcesRequest(claims=[pb2.Claim(namespace=ns, name=n, uid=u)
+                                                            for ns, n, u in claims])
+        return stub.NodeUnprepareResources(request, timeout=CALL_TIMEOUT)
