@@ -162,10 +162,14 @@ def test_kubelet_restarts_in_every_form_end_registered_again(bed):
     plugin = bed.start_plugin()
     bed.kubelet.start().wait_registered()
     ref = bed.claim("tpu", [APEX_NAME])
-    # kubelet restarts, our sockets stay: it walks the directory and registers us again
+    prepared = bed.kubelet.prepare(ref)
+    # kubelet restarts between prepare and unprepare, our sockets stay: it walks the directory,
+    # registers us again, and its repeated prepare and its unprepare are answered
     seen = len(bed.kubelet.infos)
     bed.kubelet.restart()
     bed.kubelet.wait_registered(after=seen)
+    assert bed.kubelet.prepare(ref) == prepared
+    assert bed.kubelet.unprepare(ref).claims[ref[2]].error == "" and cdi.claim_specs(bed.cdi_dir) == set()
     # the registry directory wiped: our registration socket is served again
     seen = len(bed.kubelet.infos)
     os.unlink(plugin.registration_path)
