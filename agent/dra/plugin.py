@@ -441,7 +441,7 @@ class _V1(v1_grpc.DRAPluginServicer):
 
 
 class _V1beta1(v1beta1_grpc.DRAPluginServicer):
-    """v1beta1's messages are v1's on the wire (same fields and numbers, tests/dra/test_api.py)."""
+    """v1beta1's messages are v1's on the wire (same fields and numbers, tests/dra/plugin/test_api.py)."""
 
     def __init__(self, owner: KubeletPlugin) -> None:
         self.owner = owner

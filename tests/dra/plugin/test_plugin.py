@@ -13,8 +13,8 @@ from agent.deviceplugin.server import socket_identity
 from agent.dra import cdi
 from agent.dra.names import device_name
 from agent.dra.plugin import KubeletPlugin
-from tests.dra.cdi_schema import problems
-from tests.dra.conftest import APEX, DEVICES, DFU, NODE, TPU, USB
+from tests.dra.plugin.cdi_schema import problems
+from tests.dra.plugin.conftest import APEX, DEVICES, DFU, NODE, TPU, USB
 from tests.support.kubelet_dra import KubeletDra
 
 APEX_NAME, USB_NAME, DFU_NAME = (device_name(TPU, d.id) for d in (APEX, USB, DFU))

@@ -24,9 +24,9 @@ from agent.dra.names import DRIVER, device_name
 from agent.hostfs import HostFS
 from tests.conftest import FIXTURES, LABELS_DIR
 from tests.deviceplugin.kubelet_standin import KubeletStandIn
-from tests.dra import podman
-from tests.dra.cdi_schema import problems
-from tests.dra.conftest import NODE, NS, TPU
+from tests.dra.plugin import podman
+from tests.dra.plugin.cdi_schema import problems
+from tests.dra.plugin.conftest import NODE, NS, TPU
 
 CATALOGUE = rules.load_catalogue([str(LABELS_DIR)])
 MEM_NULL = os.makedev(1, 3)

@@ -9,9 +9,9 @@ import json
 from agent.deviceplugin.model import DeviceNode, HostMount, PluginDevice, ResourceDevices
 from agent.dra import cdi
 from agent.dra.names import device_name
-from tests.dra import podman
-from tests.dra.cdi_schema import problems
-from tests.dra.conftest import TPU
+from tests.dra.plugin import podman
+from tests.dra.plugin.cdi_schema import problems
+from tests.dra.plugin.conftest import TPU
 
 
 def test_podman_sees_the_prepared_devices_env_and_mounts(bed, tmp_path):
