@@ -89,6 +89,10 @@ class LightCoreV1Api:
         query += [(k, str(v)) for k, v in (("limit", limit), ("continue", continue_)) if v]
         return self._call("GET", path, query=query, **kw)
 
+    def read_path(self, path: str, **kw: Any) -> Any:
+        """GET one object by its path (a ResourceClaim for the DRA plugin, ``agent.dra.claims``)."""
+        return self._call("GET", path, **kw)
+
     # -- events and pods ----------------------------------------------------------------------
     def create_namespaced_event(self, namespace: str, body: Any, **kw: Any) -> Any:
         return self._call("POST", "/api/v1/namespaces/{namespace}/events", {"namespace": namespace}, body=body, **kw)

@@ -476,9 +476,9 @@ class FakeApiServer:
         self._writers: list[SecondWriter] = []
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
-        from tests.support import objects, pods  # they build on this module's errors
+        from tests.support import objects, pods, resource_claims  # they build on this module's errors
 
-        self.routes: list[Route] = [pods.route, objects.route]
+        self.routes: list[Route] = [pods.route, objects.route, resource_claims.route]
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> FakeApiServer:

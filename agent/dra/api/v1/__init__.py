@@ -1,0 +1,1 @@
+"""Generated: see ../README.md."""
