@@ -89,6 +89,12 @@ def cases(paths: dict[str, str]) -> list[Case]:
         Case("apply-only-sys", ("apply", "--host-root", p["only_sys"], *k), needle="proc"),
         Case("run-empty-root", ("run", "--host-root", p["empty"], *k), needle="sys"),
         Case("run-root-is-file", ("run", "--host-root", p["file"], *k), needle="not a directory"),
+        # the DRA plugin's directories (--dra): one line, exit 2, before any API request
+        Case("run-dra-plugin-dir-is-file", ("run", *good, "--dra", "on", "--dra-plugin-dir", p["file"], *k),
+             needle="--dra-plugin-dir"),
+        Case("run-dra-registry-dir-under-file", ("run", *good, "--dra", "auto", "--dra-registry-dir",
+                                                 p["file"] + "/registry", *k), needle="not a directory"),
+        Case("run-cdi-dir-empty", ("run", *good, "--dra", "on", "--cdi-dir", "", *k), needle="--cdi-dir"),
         # rules
         Case("plan-missing-rules", ("plan", *good, "--rules", "/nonexistent-rules"), needle="--rules"),
         Case("plan-rules-is-file", ("plan", *good, "--rules", p["file"]), needle="not a directory"),

@@ -112,6 +112,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "this node's ResourceSlices (resource.k8s.io v1, else v1beta1) instead of the device "
                              "plugin and the patched counts; auto: when the cluster serves the API, else as "
                              "--device-plugin says; on: refuse to start without it (deploy/dra.md)")
+    parser.add_argument("--dra-plugin-dir", default="/var/lib/kubelet/plugins/node-feature-agent.io", metavar="DIR",
+                        help="with --dra: the DRA plugin's directory (its dra.sock, which kubelet calls, and the "
+                             "checkpoint of prepared claims); created if missing")
+    parser.add_argument("--dra-registry-dir", default="/var/lib/kubelet/plugins_registry", metavar="DIR",
+                        help="with --dra: kubelet's plugin registration directory, watched by kubelet")
+    parser.add_argument("--cdi-dir", default="/var/run/cdi", metavar="DIR",
+                        help="with --dra: where the CDI specs of prepared claims are written (read by the container "
+                             "runtime)")
     parser.add_argument("--rules-from-cluster", choices=("on", "off"), default="on",
                         help="on: also evaluate the cluster's NodeFeatureRule objects (beside --rules) and join this "
                              "node's NodeFeature objects to discovery, as NFD's master does; the agent runs without them "
@@ -130,6 +138,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.evict_orphans and not args.pod_guard:
         print("error: --evict-orphans needs --pod-guard", file=sys.stderr)
         raise SystemExit(2)
+    if getattr(args, "dra", "off") != "off":
+        for flag, path in (("--dra-plugin-dir", args.dra_plugin_dir), ("--dra-registry-dir", args.dra_registry_dir),
+                           ("--cdi-dir", args.cdi_dir)):
+            problem = unusable_directory(path)
+            if problem:
+                print(f"error: {flag} {path!r}: {problem}", file=sys.stderr)
+                raise SystemExit(2)
     return Settings(
         node_name=args.node_name, rules_dirs=rules_dirs(args), host_root=args.host_root,
         sources=selected_sources(args), discovery_config=discovery_config(args), rule_options=rule_options(args),
@@ -140,7 +155,21 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         evict_orphans=args.evict_orphans, metrics_port=args.metrics_port, metrics_host=args.metrics_address,
         watch_timeout=args.watch_timeout, emit_events=not args.no_events, retries=max(1, args.retries),
         device_plugin=args.device_plugin == "on", device_plugin_dir=args.device_plugin_dir,
-        rules_from_cluster=args.rules_from_cluster == "on", enable_taints=args.enable_taints)
+        rules_from_cluster=args.rules_from_cluster == "on", enable_taints=args.enable_taints,
+        dra_plugin_dir=args.dra_plugin_dir, dra_registry_dir=args.dra_registry_dir, cdi_dir=args.cdi_dir)
+
+
+def unusable_directory(path: str) -> str:
+    """Why ``path`` cannot be a directory the DRA plugin creates or writes in ("" if it can):
+    empty, or it (or a parent) exists and is not a directory. A missing one is created at start."""
+    if not path:
+        return "empty"
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return "not a directory" if probe == os.path.abspath(path) else f"{probe} is not a directory"
+    return ""
 
 
 def with_dra_mode(settings: Settings, wanted: str, client: Any, stop: threading.Event,

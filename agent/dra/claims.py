@@ -1,6 +1,12 @@
 """ResourceClaims as the DRA plugin reads them: one GET by namespace and name, as the
 kubelet plugin helper of ``k8s.io/dynamic-resource-allocation`` does in NodePrepareResources.
 
+The claim is read in the ``resource.k8s.io`` version the agent's DRA mode chose (``v1`` or
+``v1beta1``, ``agent.dra.mode``): the plugin reads only ``metadata.uid`` and
+``status.allocation.devices.results[]`` (``request``, ``driver``, ``pool``, ``device``), which
+both versions spell the same (``AllocationResult`` / ``DeviceRequestAllocationResult`` in
+``k8s.io/api`` ``resource/v1/types.go`` and ``resource/v1beta1/types.go``).
+
 A read that fails is never "no claim": only a 404 is ``ClaimGone``; anything else (a refused
 connection, a 5xx, a body that is not a ResourceClaim, one larger than ``MAX_CLAIM_BYTES``) is
 ``ClaimUnreadable`` and the claim's answer is an error kubelet retries.
@@ -17,7 +23,7 @@ from agent.kube.light_core import LightCoreV1Api
 MAX_CLAIM_BYTES = 2 * 1024 * 1024
 """A ResourceClaim is one etcd value (at most 1.5 MiB, etcd's ``--max-request-bytes``); a body
 larger than this is not one and is not read further."""
-PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+PATH = "/apis/resource.k8s.io/{version}/namespaces/{namespace}/resourceclaims/{name}"
 
 
 class ClaimGone(Exception):
@@ -35,14 +41,15 @@ class ClaimSource(Protocol):
 class ApiClaims:
     """ResourceClaims through the agent's light client (the official client's auth and TLS)."""
 
-    def __init__(self, api: LightCoreV1Api, timeout: float = 10.0) -> None:
+    def __init__(self, api: LightCoreV1Api, version: str = "v1", timeout: float = 10.0) -> None:
         self.api = api
+        self.version = version
         self.timeout = timeout
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
 
-        path = PATH.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
+        path = PATH.format(version=quote(self.version, safe=""), namespace=quote(namespace, safe=""), name=quote(name, safe=""))
         try:
             response = self.api.read_path(path, _request_timeout=self.timeout)
             try:

@@ -16,7 +16,7 @@ One pass (``_process``), each step a method:
    an error the pass ends and a retry is scheduled after the Reconciler's ``retry_after``
    (backoff, Retry-After); any event before then starts a fresh pass at once;
 5. publish devices to the device plugins (``--device-plugin=on``) or the node's ResourceSlices
-   (``--dra``, ``agent.runtime.dra_service``);
+   and the kubelet DRA plugin (``--dra``, ``agent.runtime.dra_service``, ``agent.dra.plugin``);
 6. report: the pass's one Event, metrics, a log line; readiness and the pod guard.
 
 Resync: every ``resync_interval`` seconds +/- ``resync_jitter`` (a DaemonSet's agents spread
@@ -41,6 +41,8 @@ from typing import Any
 
 from agent.config import claim_policy
 from agent.discovery import DiscoveryConfig
+from agent.dra.claims import ApiClaims
+from agent.dra.plugin import KubeletPlugin
 from agent.hostfs import HostFS
 from agent.reconcile import NodeApi, ReconcileOutcome, Reconciler
 from agent.reconcile.events import REASON_READ_FAILED
@@ -114,10 +116,16 @@ class Agent:
                                         on_degraded=self._source_degraded, on_undetermined=self._feature_undetermined)
         self.devices: DeviceService | None = None
         self.dra: DraService | None = None
+        self.dra_plugin: KubeletPlugin | None = None
         if settings.dra:  # DRA serves every declared resource: no device plugin beside it
             self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
                                   taints=settings.dra_device_taints, metrics=self.metrics,
                                   on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
+            self.dra_plugin = KubeletPlugin(
+                settings.node_name, ApiClaims(self.api.core, settings.dra),
+                plugin_dir=settings.dra_plugin_dir, registry_dir=settings.dra_registry_dir, cdi_dir=settings.cdi_dir,
+                observe=self.metrics.dra_plugin)
+            self.dra.consumers.append(self.dra_plugin.publish)
         elif settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
@@ -164,6 +172,9 @@ class Agent:
                                   after_worker=True))
         if self.dra is not None:
             self.parts.start(Part("DRA slices", self.dra.start, self.dra.alive, self.dra.stop, after_worker=True))
+        if self.dra_plugin is not None:
+            self.parts.start(Part("DRA kubelet plugin", self.dra_plugin.start, self.dra_plugin.alive,
+                                  self.dra_plugin.stop, after_worker=True))
         if s.watch_rules:
             self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited)
             self.parts.start(Part("rules watcher", self.rules_watcher.start, self.rules_watcher.alive,

@@ -83,6 +83,14 @@ class AgentMetrics:
         self.dra_syncs = Counter(
             "nfa_dra_syncs_total", "ResourceSlice syncs in DRA mode, by result (unchanged, written, held: the "
             "slices could not be read, error: a write failed)", ["result"], registry=r)
+        self.dra_plugin_registrations = Counter(
+            "nfa_dra_plugin_registrations_total",
+            "Registrations of the kubelet DRA plugin, by result (registered, failed: kubelet refused it)",
+            ["result"], registry=r)
+        self.dra_plugin_claims = Counter(
+            "nfa_dra_plugin_claims_total",
+            "Claims kubelet asked the DRA plugin to prepare or unprepare, by operation and result "
+            "(prepared, unprepared, error)", ["operation", "result"], registry=r)
         self.watch_ignored = Counter(
             "nfa_watch_ignored_total",
             "Watch and LIST items ignored: undecodable, wrong-kind (not the watched kind), no-uid",
@@ -123,6 +131,13 @@ class AgentMetrics:
 
     def dra_sync(self, result: str) -> None:
         self.dra_syncs.labels(result).inc()
+
+    def dra_plugin(self, operation: str, result: str) -> None:
+        """The kubelet DRA plugin's ``observe``: ``registration``, ``prepare`` or ``unprepare``."""
+        if operation == "registration":
+            self.dra_plugin_registrations.labels(result).inc()
+        else:
+            self.dra_plugin_claims.labels(operation, result).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

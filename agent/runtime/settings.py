@@ -53,5 +53,8 @@ class Settings:
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     dra: str = ""  # the resource.k8s.io version ResourceSlices are written in ("": no DRA; agent.dra.mode)
     dra_device_taints: bool = False  # the server has device taints (unready devices tainted, not left out)
+    dra_plugin_dir: str = "/var/lib/kubelet/plugins/node-feature-agent.io"  # the DRA socket and checkpoint
+    dra_registry_dir: str = "/var/lib/kubelet/plugins_registry"  # kubelet's plugin watcher directory
+    cdi_dir: str = "/var/run/cdi"  # where prepared claims' CDI specs go (the container runtime reads them)
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
     contest: ContestSettings = field(default_factory=ContestSettings)  # keys another writer changes back
