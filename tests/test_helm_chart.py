@@ -38,6 +38,7 @@ CASES: dict[str, dict[str, Any]] = {
     **{f"udev-mode-{mode}": {"udev": {"mode": mode}} for mode in MODES},
     "poll-interval": {"udev": {"mode": "poll"}, "pollInterval": 2.5, "resyncInterval": 120},
     "device-plugin": {"devicePlugin": {"enabled": True, "hostDir": "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"}},
+    "dra-auto": {"dra": {"mode": "auto"}},
     "pod-guard-evict": {"podGuard": {"enabled": True, "evictOrphans": True}},
     "no-admission-policy": {"admissionPolicy": {"enabled": False}},
     "own-catalogue-only": {"catalogue": {"builtin": False, "extraRules": {
@@ -230,6 +231,22 @@ def test_device_plugin_render_mounts_its_host_dir_read_write(renders):
     (mount,) = [m for m in container(render)["volumeMounts"] if m["name"] == volume["name"]]
     assert mount["mountPath"] == "/var/lib/kubelet/device-plugins" and not mount.get("readOnly")
     assert "--device-plugin=on" in container(render)["args"]
+
+
+def test_dra_render_mounts_the_plugin_s_directories_read_write_and_runs_as_root(renders):
+    from tests.test_manifests import DRA_HOST_DIRS
+
+    render = renders["dra-auto"]
+    pod = daemonset(render)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in container(render)["volumeMounts"]}
+    for name, (path, kind) in DRA_HOST_DIRS.items():
+        assert volumes[name] == {"path": path, "type": kind}
+        assert mounts[name]["mountPath"] == path and not mounts[name].get("readOnly")
+    assert "--dra=auto" in container(render)["args"]
+    assert pod["securityContext"]["runAsUser"] == 0 and container(render)["securityContext"]["runAsUser"] == 0
+    default = daemonset(renders["default"])["spec"]["template"]["spec"]
+    assert not set(DRA_HOST_DIRS) & {v["name"] for v in default["volumes"]}
 
 
 def test_optional_objects_render_only_when_asked(renders):

@@ -567,8 +567,8 @@ def test_chart_daemonset_matches_the_plain_manifest():
     udev_block = text[text.index('{{- if eq $mode "udev" }}'):]
     assert "mountPath: /run/udev" in udev_block.split("{{- end }}")[0]
     for line in ("readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false", "privileged: false",
-                 'drop: ["ALL"]', f"runAsUser: {{{{ if $plugin }}}}0{{{{ else }}}}{AGENT_UID}{{{{ end }}}}",
-                 "runAsNonRoot: {{ not $plugin }}", "type: RuntimeDefault",
+                 'drop: ["ALL"]', f"runAsUser: {{{{ if $root }}}}0{{{{ else }}}}{AGENT_UID}{{{{ end }}}}",
+                 "runAsNonRoot: {{ not $root }}", "{{- $root := or $plugin $dra -}}", "type: RuntimeDefault",
                  "path: /healthz", "path: /readyz", "automountServiceAccountToken: true", "fieldPath: spec.nodeName"):
         assert line in text, line
     assert 'hostNetwork: {{ eq $mode "udev" }}' in text
@@ -598,8 +598,42 @@ def test_device_plugin_mode_adds_one_read_write_mount_and_root_only_when_on():
     plain = DAEMONSET.read_text()
     assert "/var/lib/kubelet/device-plugins" not in yaml.safe_dump(DS)  # off by default
     for piece in ("# - --device-plugin=on", "#   mountPath: /var/lib/kubelet/device-plugins",
-                  "#     path: /var/lib/kubelet/device-plugins", "runAsUser: 10001    # DEVICE-PLUGIN SWITCH: 0"):
+                  "#     path: /var/lib/kubelet/device-plugins",
+                  "runAsUser: 10001    # DEVICE-PLUGIN SWITCH / DRA SWITCH: 0"):
         assert piece in plain, piece
+
+
+DRA_HOST_DIRS = {"dra-registry": ("/var/lib/kubelet/plugins_registry", "Directory"),
+                 "dra-plugin": ("/var/lib/kubelet/plugins/node-feature-agent.io", "DirectoryOrCreate"),
+                 "cdi": ("/var/run/cdi", "DirectoryOrCreate")}
+"""The kubelet DRA plugin's host directories: kubelet's plugin watcher directory
+(``pkg/kubelet/pluginmanager``, ``<root-dir>/plugins_registry``), the driver's own directory
+under ``<root-dir>/plugins`` and CDI's spec directory (``/var/run/cdi``, the CDI spec's
+dynamic directory); each at the host's own path in the pod, because kubelet dials the socket
+path the plugin reports in ``GetInfo``."""
+
+
+def test_dra_mode_mounts_the_plugin_s_directories_and_root_only_when_on():
+    """Chart: the three DRA directories (read-write, at their host paths) only when dra.mode is
+    not off; plain manifest: DRA off, the same pieces as a commented switch."""
+    text = (CHART / "templates/daemonset.yaml").read_text()
+    assert VALUES["dra"]["mode"] == "off"
+    blocks = text.split("{{- if $dra }}")[1:]
+    assert len(blocks) == 3
+    bodies = [b.split("{{- end }}")[0] for b in blocks]
+    assert "--dra={{ .Values.dra.mode }}" in bodies[0]
+    for name, (path, kind) in DRA_HOST_DIRS.items():
+        assert f"- name: {name}\n              mountPath: {path}\n" in bodies[1], name
+        assert f"- name: {name}\n          hostPath:\n            path: {path}\n            type: {kind}\n" in bodies[2]
+    assert "readOnly" not in bodies[1]
+    plain = DAEMONSET.read_text()
+    dumped = yaml.safe_dump(DS)
+    assert "--dra" not in dumped and not any(path in dumped for path, _ in DRA_HOST_DIRS.values())  # off by default
+    for name, (path, kind) in DRA_HOST_DIRS.items():
+        for piece in (f"# - name: {name}\n            #   mountPath: {path}\n",
+                      f"# - name: {name}\n        #   hostPath:\n        #     path: {path}\n        #     type: {kind}\n"):
+            assert piece in plain, piece
+    assert "# - --dra=auto" in plain
 
 
 def test_chart_rbac_matches_the_plain_manifest():
