@@ -195,6 +195,7 @@ class KubeletPlugin:
         for directory in (self.plugin_dir, self.registry_dir):
             os.makedirs(directory, mode=0o750, exist_ok=True)
             remove_stale_staging(directory)
+        os.makedirs(self.cdi_dir, mode=0o755, exist_ok=True)  # the container runtime reads it, as /var/run/cdi is
         with self._lock:
             self._prepared = load_checkpoint(self.checkpoint_path)
             for uid in cdi.claim_specs(self.cdi_dir) - set(self._prepared):

@@ -814,7 +814,8 @@ class FakeApiServer:
             return document
         if raw and body is not None and isinstance(body, str):
             raise ApiError(400, status_body(400, "the body of the request could not be decoded as JSON"))
-        if parts[:2] == ["apis", dra_resources.GROUP] and len(parts) > 3:  # resource.k8s.io (dra_resources.py)
+        if parts[:2] == ["apis", dra_resources.GROUP] and len(parts) > 3 and parts[3] != "namespaces":
+            # resource.k8s.io's cluster-scoped kinds (dra_resources.py); ResourceClaims are a route
             return dra_resources.route(self, method, parts, query, body, content_type, handler)
         for route in self.routes:  # resources served by their own modules (pods.py, objects.py)
             answer = route(self, method, parts, query, body, content_type)

@@ -293,20 +293,38 @@ def validate_class(obj: Mapping[str, Any]) -> list[validation.Cause]:
 
 # -- versions -------------------------------------------------------------------------------
 def to_stored(obj: dict[str, Any], version: str) -> dict[str, Any]:
-    """A request body of ``version`` -> the ``v1`` shape stored (v1beta1: ``basic`` unwrapped)."""
+    """A request body of ``version`` -> the ``v1`` shape stored (v1beta1: a slice device's
+    ``basic`` unwrapped; a claim request's fields wrapped in ``exactly``)."""
     obj = copy.deepcopy(obj)
-    if version == "v1beta1" and isinstance(obj.get("spec"), dict) and isinstance(obj["spec"].get("devices"), list):
-        obj["spec"]["devices"] = [{"name": d.get("name"), **(d.get("basic") or {})} if isinstance(d, dict) else d
-                                  for d in obj["spec"]["devices"]]
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if version == "v1beta1" and isinstance(spec.get("devices"), list):
+        spec["devices"] = [{"name": d.get("name"), **(d.get("basic") or {})} if isinstance(d, dict) else d
+                           for d in spec["devices"]]
+    if version == "v1beta1" and isinstance(spec.get("devices"), dict) and isinstance(spec["devices"].get("requests"), list):
+        spec["devices"]["requests"] = [_claim_request_v1(r) for r in spec["devices"]["requests"]]
     return obj
+
+
+def _claim_request_v1(request: Any) -> Any:
+    """v1beta1's ``DeviceRequest`` has the exact request's fields inline beside ``name`` and
+    ``firstAvailable``; v1 nests them in ``exactly`` (k8s.io/api resource/v1beta1 and v1 types.go)."""
+    if not isinstance(request, dict) or "firstAvailable" in request:
+        return request
+    exact = {k: v for k, v in request.items() if k != "name"}
+    return {"name": request.get("name"), **({"exactly": exact} if exact else {})}
 
 
 def from_stored(obj: dict[str, Any], version: str, kind: str) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     obj["apiVersion"], obj["kind"] = f"{GROUP}/{version}", kind
-    if version == "v1beta1" and isinstance(obj.get("spec"), dict) and obj["spec"].get("devices"):
-        obj["spec"]["devices"] = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
-                                  for d in obj["spec"]["devices"]]
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if version == "v1beta1" and isinstance(spec.get("devices"), list) and spec["devices"]:
+        spec["devices"] = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
+                           for d in spec["devices"]]
+    if version == "v1beta1" and isinstance(spec.get("devices"), dict):
+        spec["devices"]["requests"] = [{"name": r.get("name"), **(r.get("exactly") or {})}
+                                       if isinstance(r, dict) and "exactly" in r else r
+                                       for r in spec["devices"].get("requests") or []]
     return obj
 
 

@@ -1,8 +1,12 @@
-"""``resource.k8s.io/v1`` ResourceClaims: what a DRA kubelet plugin reads and what a scheduler
+"""``resource.k8s.io`` ResourceClaims: what a DRA kubelet plugin reads and what a scheduler
 writes (``status.allocation``), validated as kube-apiserver validates them.
 
-* ``/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims[/{name}[/status]]``: GET, LIST,
-  POST, PUT, PATCH (the three patch types), DELETE; ``/status`` GET/PUT/PATCH.
+* ``/apis/resource.k8s.io/{version}/namespaces/{ns}/resourceclaims[/{name}[/status]]``: GET,
+  LIST, POST, PUT, PATCH (the three patch types), DELETE; ``/status`` GET/PUT/PATCH, in each
+  version the server serves (``FakeApiServer(dra_versions=...)``). Stored in the ``v1`` shape;
+  a ``v1beta1`` body and answer are converted (``dra_resources.to_stored``/``from_stored``: a
+  request's fields inline instead of under ``exactly``); a ``v1beta1`` PATCH is applied to the
+  stored ``v1`` object, which is exact for ``/status`` (the allocation has one shape in both).
 * The main resource ignores ``status`` and ``/status`` ignores ``spec``
   (``pkg/registry/resource/resourceclaim/strategy.go``: ``PrepareForUpdate`` keeps the old
   status, ``statusStrategy.PrepareForUpdate`` the old spec).
@@ -150,9 +154,30 @@ def _write(server: FakeApiServer, method: str, namespace: str, name: str | None,
 
 def route(server: FakeApiServer, method: str, parts: list[str], query: Mapping[str, str], body: Any,
           content_type: str) -> tuple[int, Any] | None:
-    del query
-    if parts[:4] != PREFIX or len(parts) < 6 or parts[5] != "resourceclaims" or len(parts) > 8:
+    from tests.support import dra_resources
+
+    if parts[:2] != PREFIX[:2] or len(parts) < 6 or parts[3] != "namespaces" or parts[5] != "resourceclaims" \
+            or len(parts) > 8:
         return None
+    version = parts[2]
+    if version not in server.dra_versions:
+        raise ApiError(404, status_body(404, "the server could not find the requested resource"))
+    if version == "v1":
+        return _route_v1(server, method, parts, query, body, content_type)
+    if method in ("POST", "PUT") and isinstance(body, dict):
+        body = dra_resources.to_stored(body, version)
+    code, answer = _route_v1(server, method, PREFIX + parts[4:], query, body, content_type)
+    if isinstance(answer, dict) and answer.get("kind") == "ResourceClaim":
+        answer = dra_resources.from_stored(answer, version, "ResourceClaim")
+    elif isinstance(answer, dict) and answer.get("kind") == "ResourceClaimList":
+        answer = dict(answer, apiVersion=f"resource.k8s.io/{version}",
+                      items=[dra_resources.from_stored(i, version, "ResourceClaim") for i in answer["items"]])
+    return code, answer
+
+
+def _route_v1(server: FakeApiServer, method: str, parts: list[str], query: Mapping[str, str], body: Any,
+              content_type: str) -> tuple[int, Any]:
+    del query
     namespace, rest = parts[4], parts[6:]
     if not rest:
         if method == "GET":
