@@ -296,7 +296,7 @@ def to_stored(obj: dict[str, Any], version: str) -> dict[str, Any]:
     """A request body of ``version`` -> the ``v1`` shape stored (v1beta1: a slice device's
     ``basic`` unwrapped; a claim request's fields wrapped in ``exactly``)."""
     obj = copy.deepcopy(obj)
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
     if version == "v1beta1" and isinstance(spec.get("devices"), list):
         spec["devices"] = [{"name": d.get("name"), **(d.get("basic") or {})} if isinstance(d, dict) else d
                            for d in spec["devices"]]
@@ -317,7 +317,7 @@ def _claim_request_v1(request: Any) -> Any:
 def from_stored(obj: dict[str, Any], version: str, kind: str) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     obj["apiVersion"], obj["kind"] = f"{GROUP}/{version}", kind
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
     if version == "v1beta1" and isinstance(spec.get("devices"), list) and spec["devices"]:
         spec["devices"] = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
                            for d in spec["devices"]]
