@@ -266,7 +266,7 @@ def test_the_watch_keeps_digests_only_and_a_bound_holds_instead_of_dropping() ->
 
     def event(kind: str, name: str, spec: Any) -> None:
         obj = {"metadata": {"name": name, "resourceVersion": "7", "managedFields": [{"big": "x" * 100}]}, "spec": spec}
-        watch._event(json.dumps({"type": kind, "object": obj}).encode())
+        watch.event(kind, obj)  # what the reflector hands its handler, the line checked
 
     event("ADDED", "a", {"rules": []})
     event("ADDED", "b", {"rules": []})
