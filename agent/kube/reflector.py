@@ -35,6 +35,11 @@ page of one object still over it is *not read*: the LIST ends there incomplete
 (``Listing.end(False)``), so what the handler holds stays (never "the rest is absent"), and
 the watch follows from the version of the pages read.
 
+``gate`` (optional) is held while the reflector decodes what it read and hands it over (a LIST
+page, a watch line, the end of a LIST), never while it waits on the network: a handler whose
+readers must not be interrupted by that work (the agent's pass) shares it with them, and they
+wait for at most one page's work.
+
 A handler's ``event`` may raise ``Relist``: the stream is closed, the handler's pause runs (a
 tenant's churn then costs one LIST per pause, not a LIST storm), and the collection is listed
 again.
@@ -56,6 +61,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -195,13 +201,15 @@ class Reflector:
     def __init__(self, client: Any, path: str, kind: str, handler: Handler | PagedHandler, *, name: str,
                  settings: ReflectorSettings = ReflectorSettings(),
                  label_selector: str | None = None, field_selector: str | None = None,
-                 on_ignored: Callable[[str, str], None] | None = None, node: str = "") -> None:
+                 on_ignored: Callable[[str, str], None] | None = None, node: str = "",
+                 gate: AbstractContextManager[Any] | None = None) -> None:
         self.client = client  # a LightCoreV1Api, or any client with its ``api_client`` (the generated API)
         self.path, self.kind, self.handler, self.name = path, kind, handler, name
         self.settings = settings
         self.label_selector, self.field_selector = label_selector, field_selector
         self.on_ignored = on_ignored
         self.node = node  # for the log lines' ``node`` field
+        self.gate = gate if gate is not None else nullcontext()
         self.backoff = Backoff(settings.backoff)
         self.absent_backoff = Backoff(settings.absent_backoff or BackoffSettings())
         self.resource_version = ""
@@ -305,8 +313,9 @@ class Reflector:
                     continue
                 complete = False  # one object over the bound: the rest of the LIST is not read
                 break
-            body = self._list_body(data)
-            listing.page([o for o in body.get("items") or [] if self._usable(o, listed=True)])
+            with self.gate:
+                body = self._list_body(data)
+                listing.page([o for o in body.get("items") or [] if self._usable(o, listed=True)])
             metadata = body["metadata"] if isinstance(body.get("metadata"), Mapping) else {}
             token = str(metadata.get("continue") or "") if limit else ""
             if not token:
@@ -314,7 +323,8 @@ class Reflector:
         self.resource_version = str(metadata.get("resourceVersion") or "")
         self.absent_backoff.reset()
         self._touch()
-        listing.end(complete)
+        with self.gate:
+            listing.end(complete)
 
     def _page(self, limit: int | None, token: str) -> bytes | None:
         """One LIST page's body, or None when it is over ``max_page_bytes`` (read no further)."""
@@ -362,7 +372,8 @@ class Reflector:
                 if self._stop.is_set():
                     return
                 lines += 1
-                usable += self._line(line)
+                with self.gate:
+                    usable += self._line(line)
             ended = True
         finally:
             if ended:

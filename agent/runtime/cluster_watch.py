@@ -22,9 +22,10 @@ LIST (``Relist``) after a pause (``RELIST``: 10 s doubling to 5 min while the co
 bounded, from 10 s again once a LIST fits), so a tenant creating and deleting objects costs
 each agent at most one LIST per pause.
 
-``gate`` is held while the handler works on what was read (a page's objects, an event), never
-while the reflector waits on the network: the agent holds it for a pass, so a pass waits for at
-most one page's work however many objects arrive meanwhile.
+``gate`` is the reflector's: held while it decodes and delivers what it read (a page, an event),
+never while it waits on the network; the agent holds it for a pass, so a pass waits for at most
+one page's work however many objects arrive meanwhile (a parse holds the interpreter until it
+ends).
 
 The CRDs may not be installed (a cluster without NFD): the server answers 404 for the
 collection. That is one Info line, then a LIST every ``ABSENT_RETRY`` (doubling from 10 s
@@ -40,7 +41,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any
 
 from agent.kube.backoff import Backoff, BackoffSettings
@@ -103,7 +104,6 @@ class CollectionWatch:
         self.node_name = node_name
         self.bounds = CollectionBounds(kind, max_objects, max_bytes, max_object_bytes, on_bounded)
         self.max_page_bytes = max_page_bytes
-        self.gate = gate if gate is not None else nullcontext()
         self.relist_backoff = Backoff(RELIST)
         self.digests: dict[Key, str] = {}
         self.delivered = False  # a whole collection went to on_change once (the first read, even empty)
@@ -115,7 +115,7 @@ class CollectionWatch:
                                      absent_backoff=absent_backoff or ABSENT_RETRY)
         self.reflector = Reflector(core, f"{GROUP_PATH}/{plural}", kind, self, name=f"watch-{plural}",
                                    settings=settings, label_selector=label_selector, on_ignored=on_ignored,
-                                   node=node_name)
+                                   node=node_name, gate=gate)
 
     # -- public -------------------------------------------------------------------------------
     def start(self) -> CollectionWatch:
@@ -152,15 +152,13 @@ class CollectionWatch:
 
     def event(self, kind: str, obj: dict[str, Any]) -> None:
         key = _key(obj)
-        with self.gate:
-            if kind != "DELETED":
-                found = trimmed(obj, self.bounds.max_object_bytes)
-                if self.bounds.admit(key, found, known=key in self.digests):
-                    self._apply({key: found})
-                return
-            self._apply({key: None})
-            bounded = self.bounds.bounded is not None
-        if bounded:
+        if kind != "DELETED":
+            found = trimmed(obj, self.bounds.max_object_bytes)
+            if self.bounds.admit(key, found, known=key in self.digests):
+                self._apply({key: found})
+            return
+        self._apply({key: None})
+        if self.bounds.bounded is not None:
             raise Relist(self._pause)  # room again, perhaps: a LIST tells
 
     def absent(self, status: int) -> None:
@@ -185,13 +183,12 @@ class CollectionWatch:
         if self.absent_status is not None:
             log.info("%s objects readable again", self.kind, extra={"node": self.node_name, "event": "crd-present"})
             self.absent_status = None
-        with self.gate:
-            if listing.bounded is None:
-                self.relist_backoff.reset()
-                self._replace(listing.found)
-            else:
-                self._apply(listing.known_changes())
-            self.bounds.report(listing.bounded)
+        if listing.bounded is None:
+            self.relist_backoff.reset()
+            self._replace(listing.found)
+        else:
+            self._apply(listing.known_changes())
+        self.bounds.report(listing.bounded)
 
     def _replace(self, found: dict[Key, dict[str, Any]]) -> None:
         digests = {key: _digest(obj) for key, obj in found.items()}
@@ -225,9 +222,8 @@ class ListRead:
         self.listing = watch.bounds.listing(watch.digests)
 
     def page(self, objects: list[dict[str, Any]]) -> None:
-        with self.watch.gate:
-            for obj in objects:
-                self.listing.add(_key(obj), trimmed(obj, self.watch.bounds.max_object_bytes))
+        for obj in objects:
+            self.listing.add(_key(obj), trimmed(obj, self.watch.bounds.max_object_bytes))
 
     def end(self, complete: bool) -> None:
         self.watch.listed(self.listing, complete)

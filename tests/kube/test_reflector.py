@@ -458,3 +458,34 @@ def test_list_items_of_another_kind_or_without_uid_are_ignored_and_counted(serve
         assert sorted(seen) == [("test-watch", "no-uid"), ("test-watch", "undecodable"), ("test-watch", "wrong-kind")]
     finally:
         reflector.stop()
+
+
+def test_the_gate_is_held_while_delivering_and_free_while_waiting_on_the_network(server):
+    """``gate``: every page and event is decoded and handed over under it; an open, quiet watch
+    does not hold it, and what arrives while a reader holds it is delivered once it is free."""
+    gate = threading.Lock()
+    held: list[bool] = []
+
+    class Gated(Recorder):
+        def replace(self, objects: list[dict[str, Any]]) -> None:
+            held.append(gate.locked())
+            super().replace(objects)
+
+        def event(self, kind: str, obj: dict[str, Any]) -> None:
+            held.append(gate.locked())
+            super().event(kind, obj)
+
+    rec = Gated()
+    reflector = node_reflector(server, rec, gate=gate)
+    try:
+        opened(server, reflector)
+        assert gate.acquire(timeout=10)  # the watch is open and quiet: the gate is free
+        try:
+            server.edit_node("n1", lambda n: n["metadata"]["labels"].update(g="1"))
+            assert rec.events == []  # the reader holds the gate: nothing delivered meanwhile
+        finally:
+            gate.release()
+        wait_for(lambda: rec.events, what="the event once the gate is free")
+        assert held == [True, True]
+    finally:
+        reflector.stop()
