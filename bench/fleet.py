@@ -78,7 +78,7 @@ class Plans:
         found, catalogue = self.found[case], self.catalogue
 
         def plan(node_labels):
-            return rules.plan_node(found.features, found.labels, node_labels, catalogue, None, found.label_origins)
+            return rules.desired_state(found.features, found.labels, node_labels, catalogue, None, found.label_origins)
 
         return plan
 

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     hold = _undetermined_hold(found, catalogue, options)
 
     def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
-        state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
+        state = rules.desired_state(features, labels, node_labels, catalogue, options, origins)
         if hold is not None:
             held, held_resources, _ = hold
             state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,

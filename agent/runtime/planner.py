@@ -53,7 +53,7 @@ class NodePlanner:
                    resources, handing_over)
 
     def __call__(self, node_labels: Mapping[str, str]) -> DesiredNodeState:
-        state = rules.plan_node(self.features, self.raw_labels, node_labels, self.catalogue, self.options,
+        state = rules.desired_state(self.features, self.raw_labels, node_labels, self.catalogue, self.options,
                                 self.label_origins)
         if self.holding:
             state = dataclasses.replace(state, held_labels=self.held or frozenset(), hold_every_label=self.held is None,

@@ -45,7 +45,7 @@ def test_label_file_parser_on_arbitrary_bytes(data):
     for dep in label_file.dependencies:
         assert not qualified_name_errors(dep.key)
     assert all(p.origin.startswith("f:") for p in problems)
-    state = rules.plan_node({}, {}, {d.key: d.value or "" for d in label_file.dependencies if d.value is None or not label_value_errors(d.value)},
+    state = rules.desired_state({}, {}, {d.key: d.value or "" for d in label_file.dependencies if d.value is None or not label_value_errors(d.value)},
                             rules.Catalogue(label_files=(label_file,)))
     _assert_plan_is_valid(state)
 
@@ -56,7 +56,7 @@ def test_rule_yaml_parser_and_planner_on_hostile_text(text):
     rule_sets, problems = parse_rule_file("r.yaml", text)
     assert all(p.origin.startswith("r.yaml:") for p in problems)
     catalogue = rules.Catalogue(rule_sets=tuple(rule_sets))
-    _assert_plan_is_valid(rules.plan_node(FEATURES, {}, {}, catalogue))
+    _assert_plan_is_valid(rules.desired_state(FEATURES, {}, {}, catalogue))
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,4 +69,4 @@ def test_loader_on_hostile_trees(tree):
             if not path.is_dir():
                 path.write_bytes(data)
         catalogue = rules.load_catalogue([tmp])
-        _assert_plan_is_valid(rules.plan_node(FEATURES, {}, {}, catalogue))
+        _assert_plan_is_valid(rules.desired_state(FEATURES, {}, {}, catalogue))
