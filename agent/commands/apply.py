@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     hold = _undetermined_hold(found, catalogue, options)
 
-    def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
+    def desired_state(node_labels: Mapping[str, str]) -> DesiredNodeState:
         state = rules.desired_state(features, labels, node_labels, catalogue, options, origins)
         if hold is not None:
             held, held_resources, _ = hold
@@ -155,10 +155,10 @@ def run(args: argparse.Namespace) -> int:
                             startup_taints=startup, max_attempts=max(1, args.retries),
                             claims=claim_policy(options, lambda: catalogue, startup))
     if args.dry_run:
-        outcome = reconciler.preview(plan)
+        outcome = reconciler.preview(desired_state)
     else:
         with reconciler.events.deferred():  # the Warning joins the pass's one Event
-            outcome = reconciler.reconcile(plan)
+            outcome = reconciler.reconcile(desired_state)
             if hold is not None:
                 from agent.reconcile.events import REASON_READ_FAILED
 

@@ -24,11 +24,11 @@ from agent.reconcile.node_api import (
 )
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
 from agent.reconcile.ownership import Ownership, format_record, parse_ownership
-from agent.reconcile.reconciler import PlanFunction, Reconciler
+from agent.reconcile.reconciler import DesiredStateFunction, Reconciler
 
 __all__ = [
-    "Backoff", "BackoffSettings", "Change", "Clash", "CleanOutcome", "Conflict", "Forbidden", "Invalid",
-    "LiveNode", "NodeApi", "NodeApiError", "NodeNotFound", "NodePlan", "Ownership", "PlanFunction",
+    "Backoff", "BackoffSettings", "Change", "Clash", "CleanOutcome", "Conflict", "DesiredStateFunction", "Forbidden",
+    "Invalid", "LiveNode", "NodeApi", "NodeApiError", "NodeNotFound", "NodePlan", "Ownership",
     "ReconcileOutcome", "Reconciler", "RequestRejected", "Throttled", "Transient", "format_record",
     "parse_ownership", "plan_node_changes",
 ]

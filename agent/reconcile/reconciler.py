@@ -1,7 +1,7 @@
 """Take the agent's own Node to the desired state with the fewest writes, never raising.
 
 One ``reconcile`` call: read the Node (or use the one the watch just delivered), compute the
-plan from the *foreign* labels (live labels minus ours), diff, send one write, recompute from
+desired state from the *foreign* labels (live labels minus ours), diff, send one write, recompute from
 the server's answer, repeat until nothing is left (normally 0, 1 or 2 writes). Failures become
 a ``ReconcileOutcome`` with ``error`` set and a suggested ``retry_after``; the event loop
 decides when to call again.
@@ -54,7 +54,8 @@ from agent.reconcile.rejections import RefusedItems, rejected_items
 
 log = logging.getLogger(__name__)
 
-PlanFunction = Callable[[Mapping[str, str]], DesiredNodeState]
+#: the desired state given the Node's foreign labels (the rules may read them)
+DesiredStateFunction = Callable[[Mapping[str, str]], DesiredNodeState]
 
 
 def node_as_dict(live_node: Any) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def node_as_dict(live_node: Any) -> dict[str, Any]:
     return node
 
 
-def _empty_plan(_labels: Mapping[str, str]) -> DesiredNodeState:
+def _nothing_desired(_labels: Mapping[str, str]) -> DesiredNodeState:
     return DesiredNodeState()
 
 
@@ -95,7 +96,7 @@ class _Pass:
     conflicts: int = 0
     stale_rereads: int = 0
     remove_startup: bool = False
-    desired: DesiredNodeState | None = None  # None until the Node was read and planned for
+    desired: DesiredNodeState | None = None  # None until the Node was read and its desired state computed
 
     def note(self, problem: Problem) -> None:
         if problem not in self.problems:
@@ -137,7 +138,7 @@ class Reconciler:
         self._refused = RefusedItems()
         self._contests = Contests(contests, clock)
         self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
-        self._cached_plan: PlanFunction | None = None
+        self._cached_function: DesiredStateFunction | None = None
         self._partial: tuple[str, ...] = ()
         self._partial_since: float | None = None
         self._clock = clock
@@ -159,17 +160,17 @@ class Reconciler:
         """Changes a pass left unwritten after writing others: () while the Node is whole."""
         return self._partial
 
-    def reconcile(self, plan: PlanFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
-        """Apply ``plan(foreign_labels)`` to the node; never raises on API errors."""
+    def reconcile(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
+        """Take the node to ``desired_state(foreign_labels)``; never raises on API errors."""
         with self.events.deferred():  # both writes back to back, the pass's Events after them
-            outcome, live = self._run(plan, live_node, cleaning=False)
+            outcome, live = self._run(desired_state, live_node, cleaning=False)
         self._track_partial(outcome, live)
         return replace(outcome, partial=self._partial) if self._partial else outcome
 
     def clean(self) -> CleanOutcome:
         """Remove everything we own (labels, annotations, resources, taints, the record)."""
         with self.events.deferred():
-            outcome, final = self._run(_empty_plan, None, cleaning=True)
+            outcome, final = self._run(_nothing_desired, None, cleaning=True)
         clean = outcome.ok and final is not None and parse_ownership(final.annotations).empty
         problems = list(outcome.problems)
         unattributed = unattributed_labels(final) if final is not None else []
@@ -182,14 +183,14 @@ class Reconciler:
         return CleanOutcome(clean=clean, writes=outcome.writes, removed=outcome.applied,
                             problems=tuple(problems), error=outcome.error)
 
-    def preview(self, plan: PlanFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
+    def preview(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
         """What ``reconcile`` would change, without writing (``apply --dry-run``)."""
         try:
             node = self._first(live_node)
         except NodeApiError as err:
             return self._failure(err, _Pass(cleaning=False), None)
         live = LiveNode.from_dict(node)
-        desired = self._desired(plan, live)
+        desired = self._desired(desired_state, live)
         problems: list[Problem] = []
         ownership = self._ownership(live, desired, problems, announce=False)
         node_plan = plan_node_changes(live, desired, skip=self._skip(desired), ownership=ownership)
@@ -199,7 +200,7 @@ class Reconciler:
                                 desired=desired)
 
     # -- the loop: read, plan, write, until the plan is empty --------------------------------
-    def _run(self, plan: PlanFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
+    def _run(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
              ) -> tuple[ReconcileOutcome, LiveNode | None]:
         run = _Pass(cleaning)
         try:
@@ -209,7 +210,7 @@ class Reconciler:
         while True:
             live = LiveNode.from_dict(node)
             self._notice_uid(live)
-            node_plan = self._next_plan(plan, live, run)
+            node_plan = self._next_plan(desired_state, live, run)
             if isinstance(node_plan, ReconcileOutcome):
                 return node_plan, live
             if node_plan.empty:
@@ -237,13 +238,13 @@ class Reconciler:
         return call_with_retries(lambda: self.api.get_node(self.node_name), self.backoff, self._sleep,
                                  max_attempts=self.max_attempts, describe=f"GET node {self.node_name}")
 
-    def _next_plan(self, plan: PlanFunction, live: LiveNode, run: _Pass) -> NodePlan | ReconcileOutcome:
+    def _next_plan(self, desired_state: DesiredStateFunction, live: LiveNode, run: _Pass) -> NodePlan | ReconcileOutcome:
         """The writes still needed on ``live`` (the startup taints' removal once nothing else is)."""
         try:
-            run.desired = self._desired(plan, live)
-        except Exception as exc:  # a planning bug must not kill the agent: report it
-            log.exception("planning the desired state failed for node %s", self.node_name)
-            return self._result(live, run, f"planning failed: {exc}")
+            run.desired = self._desired(desired_state, live)
+        except Exception as exc:  # a bug in the rules must not kill the agent: report it
+            log.exception("computing the desired state failed for node %s", self.node_name)
+            return self._result(live, run, f"computing the desired state failed: {exc}")
         self._contests.observe(live, run.desired)
         ownership = self._ownership(live, run.desired, run.problems, announce=True)
         node_plan = self._plan_changes(live, run, ownership)
@@ -388,12 +389,12 @@ class Reconciler:
                 self._vouched_taints = checked.ownership.taints
         return checked.ownership
 
-    def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
+    def _desired(self, desired_state: DesiredStateFunction, live: LiveNode) -> DesiredNodeState:
         owned = parse_ownership(live.annotations).labels
         foreign = {k: v for k, v in live.labels.items() if k not in owned}
-        if self._cached is None or self._cached[0] != foreign or plan is not self._cached_plan:
-            self._cached = (foreign, plan(dict(foreign)))
-            self._cached_plan = plan
+        if self._cached is None or self._cached[0] != foreign or desired_state is not self._cached_function:
+            self._cached = (foreign, desired_state(dict(foreign)))
+            self._cached_function = desired_state
         return self._cached[1]
 
     def _skip(self, desired: DesiredNodeState) -> frozenset[ItemRef]:
