@@ -1,4 +1,7 @@
-"""Pure diff: live Node + ownership record + desired state -> the minimal ``NodePlan``.
+"""Stage three of the data flow, features -> desired state -> **changes** -> writes.
+
+``diff_node``, pure: live Node + ownership record + desired state -> the minimal ``NodeChanges``
+(the patches the Reconciler writes, stage four, and the ``Change`` list they make).
 
 Rules (the whole contract of the reconciler lives here, so it is unit-tested without a server):
 
@@ -47,7 +50,7 @@ from agent.k8s_validation import (
     reserved_namespace_problem,
     taint_errors,
 )
-from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodePlan, taint_ref
+from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodeChanges, taint_ref
 from agent.reconcile.ownership import Ownership, format_record, format_taint_record, parse_ownership
 from agent.reconcile.quantity import canonical_count, parse_quantity, same_quantity
 
@@ -62,7 +65,7 @@ def escape_pointer(key: str) -> str:
 
 
 @dataclass
-class _MapPlan:
+class _MapChanges:
     """Labels or annotations: merge-patch entries, the new record, changes, clashes.
     ``held(key)``: an owned key on the Node stays exactly as it is (and in the record)."""
 
@@ -103,13 +106,13 @@ def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str
           kind: str, held: Callable[[str], bool] = lambda key: False
           ) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
     """Shared label/annotation logic: merge-patch entries, new record, changes, clashes."""
-    plan = _MapPlan(live, owned, skip, kind, held)
+    diff = _MapChanges(live, owned, skip, kind, held)
     for key, value in sorted(want.items()):
-        plan.wanted(key, value)
+        diff.wanted(key, value)
     for key in sorted(owned):
         if key not in want or (kind, key) in skip:
-            plan.unwanted(key)
-    return plan.patch, plan.record, plan.changes, plan.clashes
+            diff.unwanted(key)
+    return diff.patch, diff.record, diff.changes, diff.clashes
 
 
 def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
@@ -175,7 +178,7 @@ def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple
 
 
 @dataclass
-class _ResourcePlan:
+class _ResourceChanges:
     """JSON-patch ops on capacity+allocatable, the record until the status write, the names
     that write removes, changes, clashes, whether the record grows. ``held``: an owned resource
     on the Node stays exactly as it is (and in the record)."""
@@ -259,12 +262,12 @@ class _ResourcePlan:
 def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
                held: frozenset[str] = frozenset()
                ) -> tuple[list[dict[str, Any]], set[str], set[str], list[Change], list[Clash], bool]:
-    plan = _ResourcePlan(live, owned, skip, held)
+    diff = _ResourceChanges(live, owned, skip, held)
     for name, value in sorted(want.items()):
-        plan.wanted(name, value)
+        diff.wanted(name, value)
     for name in sorted(owned - set(want)):
-        plan.unwanted(name)
-    return plan.all_ops(), plan.record, plan.removed, plan.changes, plan.clashes, plan.grows
+        diff.unwanted(name)
+    return diff.all_ops(), diff.record, diff.removed, diff.changes, diff.clashes, diff.grows
 
 
 def _status_record(live: LiveNode, value: str | None) -> list[dict[str, Any]]:
@@ -329,14 +332,14 @@ def _held_others(desired: DesiredNodeState, owned: Ownership, skip: Collection[I
     return owned.resources, {*skip, *(taint_ref(*t) for t in owned.taints)}
 
 
-def plan_node_changes(
+def diff_node(
     live: LiveNode,
     desired: DesiredNodeState,
     *,
     skip: Collection[ItemRef] = frozenset(),
     remove_foreign_taints: Collection[tuple[str, str]] = frozenset(),
     ownership: Ownership | None = None,
-) -> NodePlan:
+) -> NodeChanges:
     """The minimal writes taking ``live`` to ``desired``, touching only what we own."""
     owned = ownership if ownership is not None else parse_ownership(live.annotations)
     refused: list[Problem] = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
@@ -368,7 +371,7 @@ def plan_node_changes(
             record_changes.append(Change("record", "change", name, live.annotations.get(name), value))
 
     if ops and not grows:  # the record after the status write: without what that write removes
-        # (a growing record goes first in the metadata patch; the next plan carries the trim)
+        # (a growing record goes first in the metadata patch; the next diff carries the trim)
         trimmed = format_record(res_record - res_removed)
         trim_ops = _status_record(live, trimmed)
         ops = ops + trim_ops
@@ -388,7 +391,7 @@ def plan_node_changes(
         metadata["resourceVersion"] = live.resource_version  # taints are read-modify-write
     if metadata:
         body["metadata"] = metadata
-    return NodePlan(
+    return NodeChanges(
         metadata_patch=body or None,
         status_ops=tuple(ops),
         metadata_changes=tuple(label_changes + ann_changes + taint_changes + record_changes),
@@ -399,13 +402,13 @@ def plan_node_changes(
     )
 
 
-def annotations_after(live: LiveNode, node_plan: NodePlan) -> int:
-    """Bytes of the Node's annotations once ``node_plan``'s ownership record is written (its other
+def annotations_after(live: LiveNode, node_changes: NodeChanges) -> int:
+    """Bytes of the Node's annotations once ``node_changes``'s ownership record is written (its other
     annotations as they are now: the server judges a new one, and a refused one is skipped),
     counted as the API server counts its budget (``ValidateAnnotationsSize``: key and value
     lengths in bytes)."""
     annotations = dict(live.annotations)
-    patch = ((node_plan.metadata_patch or {}).get("metadata") or {}).get("annotations") or {}
+    patch = ((node_changes.metadata_patch or {}).get("metadata") or {}).get("annotations") or {}
     for key, value in patch.items():
         if key not in OWNERSHIP_ANNOTATIONS:
             continue
@@ -413,7 +416,7 @@ def annotations_after(live: LiveNode, node_plan: NodePlan) -> int:
             annotations.pop(key, None)
         else:
             annotations[key] = value
-    for op in node_plan.status_ops:
+    for op in node_changes.status_ops:
         if op.get("path") == f"/metadata/annotations/{escape_pointer(ANNOTATION_OWNED_RESOURCES)}":
             if op.get("op") == "remove":
                 annotations.pop(ANNOTATION_OWNED_RESOURCES, None)

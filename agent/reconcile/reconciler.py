@@ -34,8 +34,8 @@ from agent.reconcile.claims import (
     unattributed_labels,
 )
 from agent.reconcile.contest import Contests, ContestSettings
-from agent.reconcile.diff import annotations_after, plan_node_changes
-from agent.reconcile.model import ItemRef, LiveNode, NodePlan, wanted_items
+from agent.reconcile.diff import annotations_after, diff_node
+from agent.reconcile.model import ItemRef, LiveNode, NodeChanges, wanted_items
 from agent.reconcile.node_api import (
     Conflict,
     Forbidden,
@@ -142,7 +142,7 @@ class Reconciler:
         self._partial: tuple[str, ...] = ()
         self._partial_since: float | None = None
         self._clock = clock
-        self._annotations_over = False  # the last plan would have passed the annotation budget
+        self._annotations_over = False  # the last changes would have passed the annotation budget
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -193,13 +193,13 @@ class Reconciler:
         desired = self._desired(desired_state, live)
         problems: list[Problem] = []
         ownership = self._ownership(live, desired, problems, announce=False)
-        node_plan = plan_node_changes(live, desired, skip=self._skip(desired), ownership=ownership)
-        problems = problems + list(node_plan.refused) + [c.as_problem() for c in node_plan.clashes]
-        return ReconcileOutcome(changed=not node_plan.empty, writes=0, applied=tuple(readable(node_plan.changes)),
+        node_changes = diff_node(live, desired, skip=self._skip(desired), ownership=ownership)
+        problems = problems + list(node_changes.refused) + [c.as_problem() for c in node_changes.clashes]
+        return ReconcileOutcome(changed=not node_changes.empty, writes=0, applied=tuple(readable(node_changes.changes)),
                                 problems=tuple(problems), node_uid=live.uid, resource_version=live.resource_version,
                                 desired=desired)
 
-    # -- the loop: read, plan, write, until the plan is empty --------------------------------
+    # -- the loop: read, diff, write, until no change is left ---------------------------------
     def _run(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
              ) -> tuple[ReconcileOutcome, LiveNode | None]:
         run = _Pass(cleaning)
@@ -210,20 +210,20 @@ class Reconciler:
         while True:
             live = LiveNode.from_dict(node)
             self._notice_uid(live)
-            node_plan = self._next_plan(desired_state, live, run)
-            if isinstance(node_plan, ReconcileOutcome):
-                return node_plan, live
-            if node_plan.empty:
+            node_changes = self._next_changes(desired_state, live, run)
+            if isinstance(node_changes, ReconcileOutcome):
+                return node_changes, live
+            if node_changes.empty:
                 return self._converged(live, run), live
             if run.writes >= self.max_writes:
                 return self._result(live, run, f"node {self.node_name} did not settle after {run.writes} writes"), live
-            answer = self._send(node_plan, node, live, run)
+            answer = self._send(node_changes, node, live, run)
             if isinstance(answer, ReconcileOutcome):
                 return answer, live
             node = answer
 
     def _first(self, live_node: Mapping[str, Any] | Any | None) -> dict[str, Any]:
-        """The Node to plan on first: the one handed in (the watch's) when it is this Node
+        """The Node to diff first: the one handed in (the watch's) when it is this Node
         (``node_answer_problem``), else a GET."""
         if live_node is not None:
             node = node_as_dict(live_node)
@@ -238,7 +238,7 @@ class Reconciler:
         return call_with_retries(lambda: self.api.get_node(self.node_name), self.backoff, self._sleep,
                                  max_attempts=self.max_attempts, describe=f"GET node {self.node_name}")
 
-    def _next_plan(self, desired_state: DesiredStateFunction, live: LiveNode, run: _Pass) -> NodePlan | ReconcileOutcome:
+    def _next_changes(self, desired_state: DesiredStateFunction, live: LiveNode, run: _Pass) -> NodeChanges | ReconcileOutcome:
         """The writes still needed on ``live`` (the startup taints' removal once nothing else is)."""
         try:
             run.desired = self._desired(desired_state, live)
@@ -247,26 +247,26 @@ class Reconciler:
             return self._result(live, run, f"computing the desired state failed: {exc}")
         self._contests.observe(live, run.desired)
         ownership = self._ownership(live, run.desired, run.problems, announce=True)
-        node_plan = self._plan_changes(live, run, ownership)
-        reverts = [] if run.cleaning else self._contests.reverts(node_plan.changes)
+        node_changes = self._diff(live, run, ownership)
+        reverts = [] if run.cleaning else self._contests.reverts(node_changes.changes)
         self.notices.reverts(live.uid, reverts)
         if any(r.given_up or r.delay > 0 for r in reverts):
-            node_plan = self._plan_changes(live, run, ownership)  # without the rewrites that wait
-        if node_plan.empty and self._startup_taints_due(live, run):
+            node_changes = self._diff(live, run, ownership)  # without the rewrites that wait
+        if node_changes.empty and self._startup_taints_due(live, run):
             run.remove_startup = True
-            node_plan = self._plan_changes(live, run, ownership)
-        if not node_plan.empty and self._over_annotation_budget(live, node_plan, run):
+            node_changes = self._diff(live, run, ownership)
+        if not node_changes.empty and self._over_annotation_budget(live, node_changes, run):
             return self._result(live, run, None)
-        self._report(live, node_plan, run)
+        self._report(live, node_changes, run)
         for problem in self._refused.problems():
             run.note(problem)
-        return node_plan
+        return node_changes
 
-    def _over_annotation_budget(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> bool:
+    def _over_annotation_budget(self, live: LiveNode, node_changes: NodeChanges, run: _Pass) -> bool:
         """A write that would take the Node's annotations (the ownership record among them) past
         the API server's budget is not sent: the Node stays as it is, the problem is in the
-        outcome every pass and in one Warning Event until the plan fits again."""
-        size = annotations_after(live, node_plan)
+        outcome every pass and in one Warning Event until the changes fit again."""
+        size = annotations_after(live, node_changes)
         if size <= ANNOTATIONS_TOTAL_MAX:
             self._annotations_over = False
             return False
@@ -280,10 +280,10 @@ class Reconciler:
             self.events.record(live.uid, ev.REASON_ANNOTATIONS_OVER_BUDGET, text, warning=True)
         return True
 
-    def _plan_changes(self, live: LiveNode, run: _Pass, ownership: Ownership) -> NodePlan:
+    def _diff(self, live: LiveNode, run: _Pass, ownership: Ownership) -> NodeChanges:
         assert run.desired is not None
         removal = self.startup_taints if run.remove_startup else frozenset()
-        return plan_node_changes(live, run.desired, skip=self._skip(run.desired), remove_foreign_taints=removal,
+        return diff_node(live, run.desired, skip=self._skip(run.desired), remove_foreign_taints=removal,
                                  ownership=ownership)
 
     def _startup_taints_due(self, live: LiveNode, run: _Pass) -> bool:
@@ -299,13 +299,13 @@ class Reconciler:
             self.events.flush(live.uid)
         return self._result(live, run, None)
 
-    def _send(self, node_plan: NodePlan, node: dict[str, Any], live: LiveNode, run: _Pass
+    def _send(self, node_changes: NodeChanges, node: dict[str, Any], live: LiveNode, run: _Pass
               ) -> dict[str, Any] | ReconcileOutcome:
-        """One write of ``node_plan``; the Node to plan on next, or how the pass ends."""
+        """One write of ``node_changes``; the Node to diff next, or how the pass ends."""
         assert run.desired is not None
-        use_status = bool(node_plan.status_ops) and (node_plan.status_first or not node_plan.metadata_patch)
+        use_status = bool(node_changes.status_ops) and (node_changes.status_first or not node_changes.metadata_patch)
         try:
-            answer = self._write(node_plan, use_status)
+            answer = self._write(node_changes, use_status)
         except Conflict as err:
             run.conflicts += 1
             log.info("node %s changed under us (%s); re-reading", self.node_name, err.message)
@@ -313,8 +313,8 @@ class Reconciler:
                 return self._failure(err, run, live)
             return self._reread(run, live)
         except Invalid as err:
-            if self._blame(err, node_plan, use_status, run.desired):
-                return node  # the refused request changed nothing: plan again without those items
+            if self._blame(err, node_changes, use_status, run.desired):
+                return node  # the refused request changed nothing: diff again without those items
             run.stale_rereads += 1
             if run.stale_rereads > 1:
                 return self._failure(err, run, live)
@@ -322,16 +322,16 @@ class Reconciler:
         except NodeApiError as err:
             return self._failure(err, run, live)
         run.writes += 1
-        changes = node_plan.status_changes if use_status else node_plan.metadata_changes
+        changes = node_changes.status_changes if use_status else node_changes.metadata_changes
         self._contests.written(changes)
         run.applied.extend(self.notices.written(live.uid, changes, status=use_status, cleaning=run.cleaning))
         return answer
 
-    def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
+    def _write(self, node_changes: NodeChanges, use_status: bool) -> dict[str, Any]:
         def call() -> dict[str, Any]:
             if use_status:
-                return self.api.patch_status(self.node_name, node_plan.status_ops)
-            return self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})
+                return self.api.patch_status(self.node_name, node_changes.status_ops)
+            return self.api.patch_metadata(self.node_name, node_changes.metadata_patch or {})
 
         return call_with_retries(call, self.backoff, self._sleep, max_attempts=self.max_attempts,
                                  describe=f"PATCH node {self.node_name}{'/status' if use_status else ''}")
@@ -356,7 +356,7 @@ class Reconciler:
             return
         if outcome.writes == 0 or live is None or outcome.desired is None:
             return  # nothing written this time: the Node is as the last pass left it
-        remaining = plan_node_changes(live, outcome.desired, skip=self._skip(outcome.desired),
+        remaining = diff_node(live, outcome.desired, skip=self._skip(outcome.desired),
                                       ownership=self._ownership(live, outcome.desired, [], announce=False))
         missing = tuple(c.pending for c in remaining.changes if c.kind != "record") if not remaining.empty else ()
         if missing and not self._partial:
@@ -402,22 +402,22 @@ class Reconciler:
         another writer keeps changing back (``contest``)."""
         return self._refused.skip(wanted_items(desired)) | self._contests.skip()
 
-    def _blame(self, err: Invalid, node_plan: NodePlan, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
+    def _blame(self, err: Invalid, node_changes: NodeChanges, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
         refs = rejected_items(err.causes, err.message,
-                              metadata_patch=None if use_status else node_plan.metadata_patch,
-                              status_ops=node_plan.status_ops if use_status else (),
+                              metadata_patch=None if use_status else node_changes.metadata_patch,
+                              status_ops=node_changes.status_ops if use_status else (),
                               our_taints=[f"{t.key}:{t.effect}" for t in desired.taints])
         reason = "; ".join(c.message for c in err.causes) or err.message
         refs = self._refused.add(refs, wanted_items(desired), reason)
         self.notices.rejected(self._node_uid, refs, reason, err.message)
         return refs
 
-    def _report(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> None:
+    def _report(self, live: LiveNode, node_changes: NodeChanges, run: _Pass) -> None:
         """Clashes and refusals: into the outcome every time, into the log/Events once."""
-        for clash in node_plan.clashes:
+        for clash in node_changes.clashes:
             run.note(clash.as_problem())
-        self.notices.clashes(live.uid, node_plan.clashes)
-        for problem in node_plan.refused:
+        self.notices.clashes(live.uid, node_changes.clashes)
+        for problem in node_changes.refused:
             if problem not in run.problems:
                 run.problems.append(problem)
                 self.notices.not_sent(problem)

@@ -13,8 +13,8 @@ from agent.desired import (
     DesiredNodeState,
     Taint,
 )
-from agent.reconcile.diff import escape_pointer, plan_node_changes
-from agent.reconcile.model import LiveNode, NodePlan
+from agent.reconcile.diff import diff_node, escape_pointer
+from agent.reconcile.model import LiveNode, NodeChanges
 from agent.reconcile.ownership import Ownership
 from tests.reconcile.nodes import apply_json, apply_merge, node
 
@@ -22,8 +22,8 @@ EDGETPU = "accelerators/edgetpu"
 PCI = "feature.node.kubernetes.io/pci-0300_10de.present"
 
 
-def diff(obj, desired, **kw) -> NodePlan:
-    return plan_node_changes(LiveNode.from_dict(obj), desired, **kw)
+def diff(obj, desired, **kw) -> NodeChanges:
+    return diff_node(LiveNode.from_dict(obj), desired, **kw)
 
 
 def converge(obj, desired, max_steps=5, **kw):
