@@ -17,7 +17,10 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   after) it is written.
 * ``skip`` names items left exactly as they are (an owned one stays in the record): those the
   API server rejected (422) and those another writer keeps changing back (``contest``).
-* Desired items Kubernetes would reject are refused here (reported, not sent).
+* The desired state is valid by construction (``agent.rules.desired_state`` refuses every item
+  Kubernetes or the namespace policy would reject, where it is built), so nothing in it is
+  checked again here. The Node's own state is outside input and still is: an unreadable
+  ownership-record entry is dropped and reported (``NodeChanges.refused``).
 * ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides, a
   trailing ``*`` a prefix; ``hold_every_label``: all) and ``desired.held_resources``: an owned
   label or extended resource so held is neither removed nor changed; it stays on the Node and
@@ -27,7 +30,7 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,21 +45,9 @@ from agent.desired import (
     Taint,
 )
 from agent.features import undetermined_key
-from agent.k8s_validation import (
-    annotation_key_errors,
-    extended_resource_name_errors,
-    label_value_errors,
-    qualified_name_errors,
-    reserved_namespace_problem,
-    taint_errors,
-)
 from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodeChanges, taint_ref
 from agent.reconcile.ownership import Ownership, format_record, format_taint_record, parse_ownership
-from agent.reconcile.quantity import canonical_count, parse_quantity, same_quantity
-
-RESERVED_LABEL_PREFIX = "node-restriction.kubernetes.io/"
-"""Admins isolate workloads with these; a pod must never write them (the NodeRestriction admission
-plugin reserves them: https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#noderestriction)."""
+from agent.reconcile.quantity import parse_quantity, same_quantity
 
 
 def escape_pointer(key: str) -> str:
@@ -119,62 +110,6 @@ def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
     if desired.hold_every_label or desired.hold_everything:
         return lambda key: True
     return lambda key: undetermined_key(desired.held_labels, key)
-
-
-def _valid_labels(labels: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
-    ok = {}
-    for key, value in labels.items():
-        reasons = qualified_name_errors(key) + label_value_errors(value)
-        if key.startswith(RESERVED_LABEL_PREFIX):
-            reasons.append("node-restriction.kubernetes.io/ labels are reserved for cluster admins")
-        if reasons:
-            refused.append(Problem("reconcile", f"label {key}={value}", "; ".join(reasons)))
-        else:
-            ok[key] = value
-    return ok
-
-
-def _valid_annotations(annotations: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
-    ok = {}
-    for key, value in annotations.items():
-        reasons = annotation_key_errors(key)
-        if key in OWNERSHIP_ANNOTATIONS:
-            reasons.append("this is the agent's own ownership record")
-        if reasons:
-            refused.append(Problem("reconcile", f"annotation {key}", "; ".join(reasons)))
-        else:
-            ok[key] = str(value)
-    return ok
-
-
-def _valid_resources(resources: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
-    ok = {}
-    for name, quantity in resources.items():
-        count = canonical_count(str(quantity))
-        reasons = extended_resource_name_errors(name)
-        reserved = reserved_namespace_problem(name)
-        if reserved:
-            reasons.append(reserved)
-        if count is None:
-            reasons.append("extended resources must be a non-negative integer")
-        if reasons:
-            refused.append(Problem("reconcile", f"extended resource {name}={quantity}", "; ".join(reasons)))
-        elif count is not None:
-            ok[name] = count
-    return ok
-
-
-def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple[str, str], Taint]:
-    ok = {}
-    for taint in taints:
-        reasons = taint_errors(taint.key, taint.value, taint.effect)
-        if taint.identity in ok:
-            reasons.append("taints must be unique by key and effect pair")
-        if reasons:
-            refused.append(Problem("reconcile", f"taint {taint.to_string()}", "; ".join(reasons)))
-        else:
-            ok[taint.identity] = taint
-    return ok
 
 
 @dataclass
@@ -342,18 +277,15 @@ def diff_node(
 ) -> NodeChanges:
     """The minimal writes taking ``live`` to ``desired``, touching only what we own."""
     owned = ownership if ownership is not None else parse_ownership(live.annotations)
-    refused: list[Problem] = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
-    labels = _valid_labels(desired.labels, refused)
-    annotations = _valid_annotations(desired.annotations, refused)
-    resources = _valid_resources(desired.extended_resources, refused)
-    taints = _valid_taints(desired.taints, refused)
+    refused = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
+    taints = {taint.identity: taint for taint in desired.taints}
 
-    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
+    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, desired.labels, skip, "label",
                                                              held=_held_labels(desired))
     held_resources, taint_skip = _held_others(desired, owned, skip)
-    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip,
+    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, desired.annotations, skip,
                                                             "annotation", held=lambda key: desired.hold_everything)
-    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip,
+    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, desired.extended_resources, skip,
                                                                                held_resources)
     new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, taint_skip,
                                                                      remove_foreign_taints)

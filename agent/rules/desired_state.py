@@ -24,6 +24,7 @@ from agent.features import Feature
 from agent.k8s_validation import (
     ANNOTATIONS_TOTAL_MAX,
     annotation_key_errors,
+    extended_resource_count,
     extended_resource_name_errors,
     extended_resource_quantity_errors,
     label_value_errors,
@@ -111,7 +112,7 @@ class _Builder:
             return
         if self.refuse(provenance.origin, item, resource_problem(name, self.options)):
             return
-        self.resources[name] = value.strip().lstrip("+")
+        self.resources[name] = extended_resource_count(value)
         self.provenance[name] = provenance
 
     def annotation(self, key: str, value: str, provenance: Provenance) -> None:
