@@ -30,7 +30,7 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,10 +219,11 @@ def _status_record(live: LiveNode, value: str | None) -> list[dict[str, Any]]:
     return [{"op": "add", "path": path, "value": value}]
 
 
-def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], want: Mapping[tuple[str, str], Taint],
+def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], wanted_taints: Iterable[Taint],
             skip: Collection[ItemRef], remove_foreign: Collection[tuple[str, str]]
             ) -> tuple[list[dict[str, Any]], list[Taint], list[Change], list[Clash]]:
     """The full new taints list (foreign ones kept verbatim), our record, changes, clashes."""
+    want = {taint.identity: taint for taint in wanted_taints}
     new_list: list[dict[str, Any]] = []
     record: list[Taint] = []
     changes: list[Change] = []
@@ -278,7 +279,6 @@ def diff_node(
     """The minimal writes taking ``live`` to ``desired``, touching only what we own."""
     owned = ownership if ownership is not None else parse_ownership(live.annotations)
     refused = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
-    taints = {taint.identity: taint for taint in desired.taints}
 
     label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, desired.labels, skip, "label",
                                                              held=_held_labels(desired))
@@ -287,7 +287,7 @@ def diff_node(
                                                             "annotation", held=lambda key: desired.hold_everything)
     ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, desired.extended_resources, skip,
                                                                                held_resources)
-    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, taint_skip,
+    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, desired.taints, taint_skip,
                                                                      remove_foreign_taints)
 
     records = {
