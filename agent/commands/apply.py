@@ -1,4 +1,5 @@
-"""``apply``: discover, plan and apply this node's labels, resources and taints once.
+"""``apply``: discover, compute the desired state and apply this node's labels, resources and
+taints once.
 
 The continuous agent is ``run``; ``apply --once`` is the same pipeline for one pass (a Job, a
 debugging session, CI). ``--dry-run`` reads the Node and prints what would change.
