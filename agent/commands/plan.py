@@ -28,7 +28,7 @@ from agent.config import (
 
 if TYPE_CHECKING:  # imported where used: the command line starts without them
     from agent.desired import DesiredNodeState
-    from agent.rules import Catalogue, Plan
+    from agent.rules import Catalogue, Derivation
     from agent.rules.model import RuleOptions
     from agent.runtime.cluster_objects import ClusterObjects
 
@@ -80,8 +80,8 @@ def node_labels(args: argparse.Namespace) -> dict[str, str]:
         raise SystemExit(2) from exc
 
 
-def compute(args: argparse.Namespace) -> tuple[Plan, Catalogue]:
-    """Discover, load and plan: -> (rules.Plan, catalogue)."""
+def compute(args: argparse.Namespace) -> tuple[Derivation, Catalogue]:
+    """Discover, load and derive the desired state: -> (rules.Derivation, catalogue)."""
     from agent import rules
     from agent.discovery import discover
     from agent.hostfs import HostFS
@@ -99,14 +99,14 @@ def compute(args: argparse.Namespace) -> tuple[Plan, Catalogue]:
         features, labels, origins = cluster.join(features, labels, origins)
     for problem in catalogue.problems:
         print(f"rules: {problem}", file=sys.stderr)
-    result = rules.plan(features, labels, labels_on_node, catalogue, options, origins)
+    result = rules.derive(features, labels, labels_on_node, catalogue, options, origins)
     # The agent's own output is never its input (the reconciler passes rules only the labels it
     # does not own): drop given labels this host's discovery or plan produces, and plan again,
     # so `plan --node-labels` equals `apply --dry-run`.
     own = set(labels) | set(result.state.labels)
     if own & set(labels_on_node):
         labels_on_node = {k: v for k, v in labels_on_node.items() if k not in own}
-        result = rules.plan(features, labels, labels_on_node, catalogue, options, origins)
+        result = rules.derive(features, labels, labels_on_node, catalogue, options, origins)
     return result, catalogue
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
-from agent.rules import RuleOptions, load_catalogue, plan
+from agent.rules import RuleOptions, derive, load_catalogue
 from agent.rules.cluster_rules import parse_rule_object, with_cluster_rules
 from tests.conftest import FIXTURES, LABELS_DIR, REPO
 from tests.support.recorded_tools import recorded_tool
@@ -42,7 +42,7 @@ def intel_labels(host_root: Path, *, with_object: bool) -> dict[str, str]:
         assert [r.origin for r in catalogue.rule_sets if r.name == "intel-dp-devices"] == \
             ["NodeFeatureRule/intel-dp-devices:metadata.name"]
     found = discover(HostFS(str(host_root)), DiscoveryConfig(node_name="n"))
-    state = plan(found.features, found.labels, {}, catalogue, RuleOptions()).state
+    state = derive(found.features, found.labels, {}, catalogue, RuleOptions()).state
     return {k: v for k, v in state.labels.items() if k.startswith("intel.")}
 
 

@@ -1,10 +1,15 @@
-"""Features + labels + catalogue -> DesiredNodeState (pure), with a trace ``explain`` can read.
+"""Stage two of the data flow, features -> **desired state** -> changes -> writes.
+
+``desired_state`` turns discovery's features and labels, the Node's foreign labels and the rule
+catalogue into the ``DesiredNodeState`` (pure); ``derive`` returns it with the ``Derivation``
+that ``explain`` reads (which rule, label file or raw label produced each item, or refused it).
 
 Precedence, first to last: raw NFD labels from discovery, NodeFeatureRule outputs (later
 rules override earlier ones, as in NFD), then label files (which never override a value a
-rule chose).  Every key, value, resource name and taint is checked against the namespace
-policy and Kubernetes' own validation; a refused item becomes a ``Problem`` (file:line,
-why) and is left out, so nothing invalid is ever sent.
+rule chose).  This is the one place desired items are validated: every key, value, resource
+name, quantity and taint is checked against the namespace policy and Kubernetes' own
+validation; a refused item becomes a ``Problem`` (file:line, why) and is left out, so the
+state holds only items the API server accepts and the diff checks none of them again.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from agent.features import Feature
 from agent.k8s_validation import (
     ANNOTATIONS_TOTAL_MAX,
     annotation_key_errors,
+    extended_resource_count,
     extended_resource_name_errors,
     extended_resource_quantity_errors,
     label_value_errors,
@@ -50,7 +56,7 @@ class LabelFileResult:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Derivation:
     """The desired state plus everything needed to explain it."""
 
     state: DesiredNodeState
@@ -106,7 +112,7 @@ class _Builder:
             return
         if self.refuse(provenance.origin, item, resource_problem(name, self.options)):
             return
-        self.resources[name] = value.strip().lstrip("+")
+        self.resources[name] = extended_resource_count(value)
         self.provenance[name] = provenance
 
     def annotation(self, key: str, value: str, provenance: Provenance) -> None:
@@ -242,9 +248,10 @@ def _raw_labels(builder: _Builder, raw_labels: Mapping[str, str], label_origins:
         builder.label(key, text, Provenance("discovery", "", "raw NFD feature label", "", origin))
 
 
-def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],
-         catalogue: Catalogue, options: RuleOptions | None = None, label_origins: Mapping[str, str] | None = None) -> Plan:
-    """Pure: the desired node state and its trace.  ``state.problems`` are this plan's refused
+def derive(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],
+           catalogue: Catalogue, options: RuleOptions | None = None, label_origins: Mapping[str, str] | None = None
+           ) -> Derivation:
+    """Pure: the desired node state and its trace.  ``state.problems`` are this pass's refused
     items and failed rules; load-time problems stay in ``catalogue.problems`` (logged once)."""
     options = options or RuleOptions()
     label_origins = label_origins or {}
@@ -269,10 +276,11 @@ def plan(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_la
             f"{ANNOTATIONS_TOTAL_MAX}-byte budget for all of a Node's annotations; the metadata write would be "
             "rejected: produce fewer labels (deny a namespace, disable a source) or shorter keys"))
         state = dataclasses.replace(state, problems=state.problems + (problem,))
-    return Plan(state, evaluation, tuple(files), raw_labels, node_labels, features)
+    return Derivation(state, evaluation, tuple(files), raw_labels, node_labels, features)
 
 
-def plan_node(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],
-              catalogue: Catalogue, options: RuleOptions | None = None, label_origins: Mapping[str, str] | None = None) -> DesiredNodeState:
+def desired_state(features: Mapping[str, Feature], raw_labels: Mapping[str, str], node_labels: Mapping[str, str],
+                  catalogue: Catalogue, options: RuleOptions | None = None,
+                  label_origins: Mapping[str, str] | None = None) -> DesiredNodeState:
     """The contract used by ``apply`` and ``run``: only the desired state."""
-    return plan(features, raw_labels, node_labels, catalogue, options, label_origins).state
+    return derive(features, raw_labels, node_labels, catalogue, options, label_origins).state

@@ -1,6 +1,7 @@
-"""The plan function one discovery and one catalogue give the Reconciler.
+"""The desired-state function one discovery and one catalogue give the Reconciler.
 
-``NodePlanner(node_labels)`` is the desired state of the Node given its foreign labels (the
+Stage two of features -> **desired state** -> changes -> writes, as the run loop holds it:
+``DesiredFromDiscovery(node_labels)`` is the desired state of the Node given its foreign labels (the
 rules may read them): the catalogue evaluated on this pass's features, with two adjustments
 the run loop owns:
 
@@ -13,8 +14,9 @@ the run loop owns:
 * with ``--device-plugin=on`` the resources the device plugin serves are handed to kubelet
   (``device_service.hand_to_kubelet``).
 
-A planner is built once per (discovery generation, rules generation, undetermined features)
-and compared by identity: the Reconciler re-plans only for a new planner or new foreign labels.
+One is built once per (discovery generation, rules generation, undetermined features) and
+compared by identity: the Reconciler recomputes the desired state only for a new function or
+new foreign labels.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from agent.runtime.device_service import hand_to_kubelet
 
 
 @dataclass(frozen=True, eq=False)
-class NodePlanner:
+class DesiredFromDiscovery:
     features: Mapping[str, Feature]
     raw_labels: Mapping[str, str]
     label_origins: Mapping[str, str]
@@ -46,14 +48,14 @@ class NodePlanner:
 
     @classmethod
     def build(cls, found: Discovery, catalogue: rules.Catalogue, options: rules.RuleOptions | None,
-              unanswered: Mapping[str, tuple[str, ...]], *, handing_over: bool) -> NodePlanner:
+              unanswered: Mapping[str, tuple[str, ...]], *, handing_over: bool) -> DesiredFromDiscovery:
         held = held_label_keys(catalogue, options, unanswered) if unanswered else frozenset()
         resources = held_resource_names(catalogue, options, unanswered) if unanswered else frozenset()
         return cls(found.features, found.labels, found.label_origins, catalogue, options, bool(unanswered), held,
                    resources, handing_over)
 
     def __call__(self, node_labels: Mapping[str, str]) -> DesiredNodeState:
-        state = rules.plan_node(self.features, self.raw_labels, node_labels, self.catalogue, self.options,
+        state = rules.desired_state(self.features, self.raw_labels, node_labels, self.catalogue, self.options,
                                 self.label_origins)
         if self.holding:
             state = dataclasses.replace(state, held_labels=self.held or frozenset(), hold_every_label=self.held is None,
