@@ -88,8 +88,7 @@ class ResourceDevices:
 
 def replica_id(device_id: str, replica: int) -> str:
     """Replica 0 is the device's own ID (a count of one advertises IDs as before); replica k
-    appends ``::k`` (the form NVIDIA's device plugin gives shared GPUs' replicas; no stable ID
-    holds ``::``), shortened with a digest of the whole to stay within 63 characters."""
+    appends ``::k`` (no stable ID holds ``::``: ``devnodes.stable_text`` folds it), shortened with a digest of the whole to stay within 63 characters."""
     if replica == 0:
         return device_id
     suffix = f"::{replica}"

@@ -77,6 +77,11 @@ class AgentMetrics:
         self.device_plugin_devices = Gauge(
             "nfa_device_plugin_devices", "Devices a device plugin resource advertises to kubelet, by health",
             ["resource", "health"], registry=r)
+        self.device_plugin_undetermined = Gauge(
+            "nfa_device_plugin_undetermined",
+            "1 while a device plugin resource's /dev patterns could not be read whole (a pattern past its "
+            "match bound, a failed read) and the devices not read are held",
+            ["resource"], registry=r)
         self.watch_ignored = Counter(
             "nfa_watch_ignored_total",
             "Watch and LIST items ignored: undecodable, wrong-kind (not the watched kind), no-uid",

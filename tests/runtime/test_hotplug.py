@@ -27,7 +27,7 @@ def test_socket_source_parses_filters_and_survives_junk(caplog):
     try:
         sender.send(encode_kernel_uevent("add", CORAL_DEVPATH, "usb", seqnum=1))
         sender.send(b"\xff junk without structure")
-        sender.send(encode_kernel_uevent("add", "/devices/virtual/tty/tty9", "tty"))  # not monitored
+        sender.send(encode_kernel_uevent("add", "/devices/virtual/input/input9", "input"))  # not monitored
         sender.send(b"add@/devices/x\0ACTION=add\0")  # truncated: no SUBSYSTEM
         sender.send(encode_kernel_uevent("bind", CORAL_DEVPATH + "/2-2:1.0", "usb"))
         events = source.receive()
@@ -170,7 +170,8 @@ def test_source_selection():
     assert sources_for("usb") == {"usb", "network", "storage"}
     assert sources_for("usb", ["usb", "cpu"]) == {"usb"}
     assert sources_for("module") == {"kernel"}
-    assert sources_for("tty") == frozenset()
+    assert sources_for("tty") == {"usb"}  # a USB serial adapter's node: the device plugin's /dev
+    assert sources_for("input") == frozenset()
     for sources in SUBSYSTEM_SOURCES.values():
         from agent.sources import SOURCE_NAMES
         assert set(sources) <= set(SOURCE_NAMES)
