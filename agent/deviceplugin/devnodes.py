@@ -199,7 +199,8 @@ class Scan:
         return ""
 
     def _usb_port(self, node: str) -> str:
-        """``usb-<controller>-<port path>[-<interface>]`` of a class device's USB parent, or ""."""
+        """``usb-<controller>-<port path>[:<interface>]`` of a class device's USB parent (its
+        interface, as sysfs names it: one adapter may have a tty per interface), or ""."""
         name = node[len("/dev/"):]
         if "/" in name:
             return ""
@@ -220,8 +221,7 @@ class Scan:
             interfaces = [p for p in parts[hubs[0] + 1:] if _USB_INTERFACE.fullmatch(p)]
             if not ports:
                 return ""
-            tail = f"-{interfaces[-1].rpartition(':')[2]}" if interfaces else ""
-            return f"usb-{controller}-{ports[-1]}{tail}"
+            return f"usb-{controller}-{interfaces[-1] if interfaces else ports[-1]}"
         return ""
 
 
