@@ -299,3 +299,51 @@ def test_kubelet_gets_the_stick_shared_fuse_and_the_stick_again_after_a_swapping
         finally:
             agent.stop(timeout=5)
             sender.close()
+
+
+def test_devices_past_the_bound_are_held_with_a_metric_and_one_warning(tmp_path, socket_dir, kubelet):
+    from agent.runtime.device_service import DeviceService
+    from agent.runtime.metrics import AgentMetrics
+
+    root = host_copy(tmp_path)
+    pts = root / "dev/pts"
+    pts.mkdir()
+    for n in range(10):
+        (pts / f"x{n}").write_text("")
+    catalogue_ = catalogue(tmp_path, "deviceNodes:\n  - glob: /dev/pts/*\n", "example.com/pts")
+    metrics, warnings = AgentMetrics(), []
+    service = DeviceService(str(root), socket_dir, metrics, "node", check_interval=0.1, warn=warnings.append).start()
+    node = {"metadata": {"annotations": {}}}
+
+    def publish():
+        found = discover(HostFS(root))
+        service.publish(rules.plan_node(found.features, found.labels, {}, catalogue_), node)
+
+    def held_metric():
+        return metrics.device_plugin_undetermined.labels(resource="example.com/pts")._value.get()
+
+    try:
+        publish()
+        first = [(f"dev-pts-x{n}", "Healthy") for n in range(10)]
+        kubelet.wait_list("example.com/pts", first)
+        assert held_metric() == 0 and warnings == []
+        for n in range(10_000):  # sorted before x0..x9: the bound stops before reaching them
+            (pts / f"{n:05d}").write_text("")
+        publish()
+        publish()  # a second pass past the bound warns no more
+        bounded = [(f"dev-pts-{n:05d}", "Healthy") for n in range(MAX_MATCHES)]
+        kubelet.wait_list("example.com/pts", bounded + first)
+        assert held_metric() == 1
+        assert warnings == [f"device plugin example.com/pts: /dev/pts/* matches 10010 entries; the first {MAX_MATCHES} "
+                            "are served, the rest are not read; the devices not read are held as last published "
+                            "(deploy/devices.md, \"Bounds\")"]
+        for n in range(10_000):
+            (pts / f"{n:05d}").unlink()
+        (pts / "x9").unlink()  # read whole again: a device that is gone is gone
+        publish()
+        # every device no longer there is reported gone (Unhealthy for the vanished grace)
+        gone = [(i, "Unhealthy") for i, _ in bounded] + [("dev-pts-x9", "Unhealthy")]
+        kubelet.wait_list("example.com/pts", first[:9] + gone)
+        assert held_metric() == 0
+    finally:
+        service.stop()
