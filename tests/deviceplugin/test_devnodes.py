@@ -334,9 +334,10 @@ def test_devices_past_the_bound_are_held_with_a_metric_and_one_warning(tmp_path,
         bounded = [(f"dev-pts-{n:05d}", "Healthy") for n in range(MAX_MATCHES)]
         kubelet.wait_list("example.com/pts", bounded + first)
         assert held_metric() == 1
-        assert warnings == [f"device plugin example.com/pts: /dev/pts/* matches 10010 entries; the first {MAX_MATCHES} "
-                            "are served, the rest are not read; the devices not read are held as last published "
-                            "(deploy/devices.md, \"Bounds\")"]
+        expected = (f"device plugin example.com/pts: /dev/pts/* matches 10010 entries; the first {MAX_MATCHES} "
+                    "are served, the rest are not read; the devices not read are held as last published "
+                    "(deploy/devices.md, \"Bounds\")")
+        assert warnings == [expected]
         for n in range(10_000):
             (pts / f"{n:05d}").unlink()
         (pts / "x9").unlink()  # read whole again: a device that is gone is gone
