@@ -82,28 +82,34 @@ def _devname(host: HostFS, class_dev: str) -> str | None:
 def class_nodes(host: HostFS, device: MatchedDevice, class_name: str) -> list[str]:
     """``/dev/<name>`` of every char device of ``class_name`` that belongs to ``device``."""
     device_dir = host.resolve(device.origin) if device.origin else ""
-    nested = device.feature == "usb.device"
     found: list[str] = []
     for child in host.listdir(f"{device_dir}/{class_name}") if device_dir else []:
         name = _devname(host, f"{device_dir}/{class_name}/{child}")
         if name:
             found.append(name)
     if not found:
-        address = device.attributes.get("address", "")
-        for child in host.listdir(f"/sys/class/{class_name}"):
-            entry = f"/sys/class/{class_name}/{child}"
-            try:
-                owner = host.read_attr(f"{entry}/device_id")
-            except HostFileError:
-                owner = None
-            linked = host.resolve(f"{entry}/device") if host.is_link(f"{entry}/device") else ""
-            # a USB device's class devices hang off its interfaces (1-2:1.0/tty/ttyACM0)
-            below = nested and linked.startswith(device_dir + "/")
-            if (address and owner == address) or (device_dir and (linked == device_dir or below)):
-                name = _devname(host, entry)
-                if name:
-                    found.append(name)
+        found = [n for n in (_devname(host, e) for e in _class_entries_of(host, device, class_name, device_dir)) if n]
     return sorted(f"/dev/{n}" for n in dict.fromkeys(found))
+
+
+def _class_entries_of(host: HostFS, device: MatchedDevice, class_name: str, device_dir: str) -> list[str]:
+    """``/sys/class/<class_name>/*`` entries whose ``device_id`` names the device's PCI address
+    or whose ``device`` link leads to the device (for a USB device: to it or one of its
+    interfaces, where tty, video4linux and sound devices hang: ``1-2:1.0/tty/ttyACM0``)."""
+    address = device.attributes.get("address", "")
+    nested = device.feature == "usb.device"
+    out = []
+    for child in host.listdir(f"/sys/class/{class_name}"):
+        entry = f"/sys/class/{class_name}/{child}"
+        try:
+            owner = host.read_attr(f"{entry}/device_id")
+        except HostFileError:
+            owner = None
+        linked = host.resolve(f"{entry}/device") if host.is_link(f"{entry}/device") else ""
+        mine = bool(device_dir) and (linked == device_dir or (nested and linked.startswith(device_dir + "/")))
+        if (address and owner == address) or mine:
+            out.append(entry)
+    return out
 
 
 def _instance_nodes(host: HostFS, device: MatchedDevice, spec: NodeSpec) -> list[str]:
@@ -144,17 +150,25 @@ def resolve_claim(host: HostFS, claim: DeviceClaim) -> ResourceDevices:
             device = _instance_device(host, matched, declaration, shared, lacking)
             devices[device.id] = device
     elif any(spec.per_match for spec in declaration.nodes):
-        for spec in declaration.nodes if read_dev else ():
-            for match in scan.each(spec) if spec.per_match else ():
-                node = DeviceNode(match.node, match.container_path, declaration.permissions)
-                devices.setdefault(match.ident, PluginDevice(match.ident, _unique([node, *shared]), lacking, None,
-                                                             match.path, match.basis))
+        devices = _match_devices(scan, declaration, shared, lacking) if read_dev else {}
     elif shared or missing:
         ident, basis = group_id(declaration.nodes)
         devices[ident] = PluginDevice(ident, tuple(shared), lacking, None, "", basis)
     mounts = tuple(HostMount(m.host_path, m.container_path, m.read_only) for m in declaration.mounts)
     return ResourceDevices(declaration.resource, tuple(devices.values()), declaration.env, mounts, declaration.origin,
                            declaration.shares, scan.undetermined, tuple(scan.notes))
+
+
+def _match_devices(scan: Scan, declaration: DeviceDeclaration, shared: list[DeviceNode],
+                   lacking: str) -> dict[str, PluginDevice]:
+    """A device per node the declaration's ``glob`` entries without ``group`` match."""
+    devices: dict[str, PluginDevice] = {}
+    for spec in declaration.nodes:
+        for match in scan.each(spec) if spec.per_match else ():
+            node = DeviceNode(match.node, match.container_path, declaration.permissions)
+            devices.setdefault(match.ident, PluginDevice(match.ident, _unique([node, *shared]), lacking, None,
+                                                         match.path, match.basis))
+    return devices
 
 
 def _shared_nodes(scan: Scan, declaration: DeviceDeclaration) -> tuple[list[DeviceNode], list[str]]:

@@ -56,20 +56,26 @@ def _node(item: Any, line: int) -> NodeSpec:
                               "{glob: /dev/...}, with optional containerPath, optional (path, glob) and "
                               "group (glob)", line)
     kind = kinds[0]
-    value = item[kind]
     container = _absolute(item["containerPath"], "deviceNodes containerPath", line) if "containerPath" in item else ""
     if container and not container.startswith("/dev/"):
         raise DeviceSpecError(f"deviceNodes containerPath {container!r} must be under /dev/", line)
     optional, group = _flag(item, "optional", line), _flag(item, "group", line)
     if kind == "class":
-        name = _text(value, "deviceNodes class", line)
-        if not _CLASS_NAME.fullmatch(name) or set(name) == {"."}:
-            raise DeviceSpecError(f"deviceNodes class {name!r} is not a sysfs class name", line)
-        if optional or group:
-            raise DeviceSpecError("deviceNodes class takes containerPath only (optional and group are for "
-                                  "path and glob)", line)
-        return NodeSpec("class", name, container)
-    path = _absolute(value, f"deviceNodes {kind}", line)
+        return _class_node(_text(item[kind], "deviceNodes class", line), container, optional or group, line)
+    return _dev_node(kind, _absolute(item[kind], f"deviceNodes {kind}", line), container, optional, group, line)
+
+
+def _class_node(name: str, container: str, modified: bool, line: int) -> NodeSpec:
+    if not _CLASS_NAME.fullmatch(name) or set(name) == {"."}:
+        raise DeviceSpecError(f"deviceNodes class {name!r} is not a sysfs class name", line)
+    if modified:
+        raise DeviceSpecError("deviceNodes class takes containerPath only (optional and group are for "
+                              "path and glob)", line)
+    return NodeSpec("class", name, container)
+
+
+def _dev_node(kind: str, path: str, container: str, optional: bool, group: bool, line: int) -> NodeSpec:
+    """A ``path`` or ``glob`` entry: under /dev, a path without wildcards, a glob with them."""
     if not path.startswith("/dev/"):
         raise DeviceSpecError(f"deviceNodes {kind} {path!r} must be under /dev/ (nothing else is handed to a "
                               "container)", line)

@@ -114,10 +114,11 @@ class DeviceService:
                           extra={"node": self.node_name, "event": "device-plugin-error"})
             return
         resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
-        for name, state in list(resolved.items()):
-            resolved[name] = self._hold_unread(name, state)
-        self._published = dict(resolved)
-        self.plugins.publish(resolved)
+        self._published = self._hold_all_unread(resolved)
+        self.plugins.publish(self._published)
+
+    def _hold_all_unread(self, resolved: Mapping[str, ResourceDevices]) -> dict[str, ResourceDevices]:
+        return {name: self._hold_unread(name, state) for name, state in resolved.items()}
 
     def _hold_unread(self, name: str, state: ResourceDevices) -> ResourceDevices:
         """A list that a bound or a failed read left incomplete keeps the devices last published
