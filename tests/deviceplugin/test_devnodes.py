@@ -348,3 +348,41 @@ def test_devices_past_the_bound_are_held_with_a_metric_and_one_warning(tmp_path,
         assert held_metric() == 0
     finally:
         service.stop()
+
+
+def test_explain_lists_a_resources_devices_and_what_each_id_is_built_from(capsys):
+    assert main(["explain", "--host-root", str(FIXTURES / "homelab-replugged"), "--rules", str(LABELS_DIR),
+                 "--rules", str(OPTIONAL), ZIGBEE, FUSE]) == 0
+    text = capsys.readouterr().out
+    assert (f"    {SONOFF_PORT}  Healthy  /dev/ttyUSB1 as /dev/zigbee\n"
+            "      ID from its USB controller and port path\n") in text
+    assert "    dev-fuse  Healthy, shared 10 ways  /dev/fuse\n      ID from the declared path /dev/fuse" in text
+
+
+def test_a_usb_serial_number_selects_one_adapter_and_class_tty_finds_its_node(tmp_path):
+    """generic-device-plugin's usb vendor/product/serial selection: the rule matches the serial
+    (the FTDI cable's A50285BI, README), ``class: tty`` hands out the tty the kernel gave it."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    (rules_dir / "ftdi.yaml").write_text(textwrap.dedent("""\
+        apiVersion: nfd.k8s-sigs.io/v1alpha1
+        kind: NodeFeatureRule
+        metadata: {name: ftdi}
+        spec:
+          rules:
+            - name: the cable with this serial
+              extendedResources: {example.com/console: "@count"}
+              devices:
+                example.com/console:
+                  deviceNodes: [{class: tty}]
+              matchFeatures:
+                - feature: usb.device
+                  matchExpressions:
+                    vendor: {op: In, value: ["0403"]}
+                    device: {op: In, value: ["6001"]}
+                    serial: {op: In, value: ["A50285BI"]}
+        """))
+    chosen = rules.load_catalogue([str(rules_dir)])
+    for case, tty in (("homelab", "/dev/ttyUSB1"), ("homelab-replugged", "/dev/ttyUSB0")):
+        assert served(resolved(FIXTURES / case, chosen)["example.com/console"]) == \
+            {"usb-0000:00:14.0-1-2": [(tty, tty)]}

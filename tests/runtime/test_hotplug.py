@@ -1,9 +1,11 @@
 """Event sources, the monitor thread, the polling fallback and source selection."""
 
 import os
+import shutil
 import socket
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from agent.runtime.event_sources import EventSourceError, SocketSource, open_sou
 from agent.runtime.hotplug import HotplugMonitor, Poller, fingerprints
 from agent.runtime.subsystems import SUBSYSTEM_SOURCES, metric_labels, sources_for
 from agent.runtime.uevent import encode_kernel_uevent
+from tests.conftest import FIXTURES
 from tests.runtime.helpers import CORAL_DEVPATH, CoralHost, wait_for
 
 
@@ -221,3 +224,14 @@ def test_a_partial_rescan_never_removes_what_other_sources_found(tmp_path):
     assert not any("18d1" in k for k in cache.current.labels)  # the USB change itself went through
     cache.refresh(sources_for("pci"))
     assert gpu not in cache.current.labels  # a PCI event (or the resync) does rerun pci
+
+
+def test_poller_sees_a_tty_come_and_go_without_its_usb_device_changing(tmp_path):
+    """A serial adapter whose driver (cp210x) is loaded after the device: the USB device list is
+    the same, only /sys/class/tty changes; the poll event reruns usb so /dev is resolved again."""
+    root = Path(shutil.copytree(FIXTURES / "homelab", tmp_path / "host", symlinks=True))
+    poller = Poller(HostFS(str(root)), lambda _e: None, interval=60)
+    assert poller.tick() == []
+    (root / "sys/class/tty/ttyUSB0").unlink()
+    assert poller.tick() == ["tty"]
+    assert sources_for("tty") == {"usb"}
