@@ -386,3 +386,32 @@ def test_a_usb_serial_number_selects_one_adapter_and_class_tty_finds_its_node(tm
     for case, tty in (("homelab", "/dev/ttyUSB1"), ("homelab-replugged", "/dev/ttyUSB0")):
         assert served(resolved(FIXTURES / case, chosen)["example.com/console"]) == \
             {"usb-0000:00:14.0-1-2": [(tty, tty)]}
+
+
+def test_the_agent_says_in_a_warning_event_and_a_metric_when_a_pattern_passes_its_bound(tmp_path, socket_dir, kubelet):
+    root = host_copy(tmp_path)
+    (root / "dev/pts").mkdir()
+    (root / "dev/pts/0").write_text("")
+    catalogue(tmp_path, "deviceNodes:\n  - glob: /dev/pts/*\n", "example.com/pts")
+    sender, receiver = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with FakeApiServer(bookmark_interval=0.5) as server:
+        server.add_node(NODE)
+        settings = Settings(node_name=NODE, rules_dirs=[str(tmp_path / "rules")], host_root=str(root),
+                            metrics_port=None, debounce=0.05, debounce_max=0.5, watch_timeout=30,
+                            backoff=BackoffSettings(initial=0.05, maximum=0.2), watch_rules=False,
+                            device_plugin=True, device_plugin_dir=socket_dir)
+        agent = Agent(settings, NodeApi.from_configuration(server.client_configuration()),
+                      event_source=SocketSource(receiver))
+        agent.start()
+        try:
+            kubelet.wait_list("example.com/pts", [("dev-pts-0", "Healthy")], timeout=60)
+            for n in range(1, MAX_MATCHES + 5):
+                (root / "dev/pts" / str(n)).write_text("")
+            sender.send(encode_kernel_uevent("add", "/devices/virtual/tty/ptmx", "tty"))
+            wait_for(lambda: any(f"/dev/pts/* matches {MAX_MATCHES + 5} entries" in (e.get("message") or e.get("note") or "")
+                                 for e in server.events() if e.get("type") == "Warning"), timeout=60,
+                     what="a Warning Event naming the pattern past its bound")
+            assert "nfa_device_plugin_undetermined{resource=\"example.com/pts\"} 1.0" in agent.metrics.render().decode()
+        finally:
+            agent.stop(timeout=5)
+            sender.close()
