@@ -157,7 +157,9 @@ class DeviceEntry(TypedDict):
 
     id: str
     health: str  # Healthy or Unhealthy
-    nodes: list[str]  # host paths of its /dev nodes
+    nodes: list[str]  # host paths of its /dev nodes ("host:container" where the two differ)
+    basis: str  # which stable host name the ID is built from
+    shares: NotRequired[int]  # IDs advertised for it when it is shared
     why: NotRequired[str]  # why it is unhealthy
 
 
@@ -171,10 +173,18 @@ def plugin_devices(args: argparse.Namespace, state: DesiredNodeState) -> dict[st
         out[name] = []
         for device in resolved.devices:
             entry: DeviceEntry = {"id": device.id, "health": "Healthy" if device.healthy else "Unhealthy",
-                                  "nodes": [n.host_path for n in device.nodes]}
+                                  "nodes": [n.host_path if n.container_path == n.host_path
+                                            else f"{n.host_path}:{n.container_path}" for n in device.nodes],
+                                  "basis": device.id_basis}
+            if resolved.shares > 1:
+                entry["shares"] = resolved.shares
             if device.why:
                 entry["why"] = device.why
             out[name].append(entry)
+        for note in resolved.notes:
+            print(f"plan: {name}: {note}", file=sys.stderr)
+        if resolved.undetermined:
+            print(f"plan: {name}: undetermined, held: {resolved.undetermined}", file=sys.stderr)
     return out
 
 
@@ -184,7 +194,9 @@ def render_devices(devices: dict[str, list[DeviceEntry]]) -> str:
         lines.append(f"  {name}: {len(items)} device(s)")
         for item in items:
             why = f"   ({item['why']})" if "why" in item else ""
-            lines.append(f"    {item['id']}  {item['health']}  {' '.join(item['nodes']) or '-'}{why}")
+            shared = f" x{item['shares']}" if "shares" in item else ""
+            lines.append(f"    {item['id']}{shared}  {item['health']}  {' '.join(item['nodes']) or '-'}{why}")
+            lines.append(f"      ID from {item['basis']}")
     return "\n".join(lines)
 
 

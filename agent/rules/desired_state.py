@@ -184,7 +184,7 @@ def _declared_without_devices(builder: _Builder, catalogue: Catalogue) -> None:
             if name in builder.device_claims or extended_resource_name_errors(name) or \
                     resource_problem(name, builder.options):
                 continue
-            builder.device_claims[name] = DeviceClaim(dataclasses.replace(declaration, resource=name), ())
+            builder.device_claims[name] = DeviceClaim(dataclasses.replace(declaration, resource=name), (), matched=False)
 
 
 def _dependency_hit(dep: Dependency, layers: list[tuple[str, Mapping[str, str]]]) -> tuple[str, str] | None:

@@ -119,7 +119,8 @@ class Agent:
                                   taints=settings.dra_device_taints, metrics=self.metrics,
                                   on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
         elif settings.device_plugin:
-            self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
+            self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name,
+                                         warn=self._device_nodes_undetermined)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
         self.device_events = DeviceEvents(settings.udev_mode, settings.host_root, settings.poll_interval,
                                           settings.sources, settings.node_name, self.metrics, self._hotplug,
@@ -252,6 +253,10 @@ class Agent:
                                           "features are kept and nothing it contributed is removed", warning=True)
 
     # -- event inputs (other threads) -----------------------------------------------------
+
+    def _device_nodes_undetermined(self, text: str) -> None:
+        """A device plugin's /dev read stopped at a bound or failed: a Warning Event (the pass's)."""
+        self.reconciler.events.record(self.reconciler.node_uid, REASON_READ_FAILED, text, warning=True)
 
     def _feature_undetermined(self, feature: str, why: str | None) -> None:
         """A feature could not be read (``why``) or reads again (None): metric and a Warning Event."""

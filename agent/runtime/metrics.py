@@ -83,6 +83,11 @@ class AgentMetrics:
         self.dra_syncs = Counter(
             "nfa_dra_syncs_total", "ResourceSlice syncs in DRA mode, by result (unchanged, written, held: the "
             "slices could not be read, error: a write failed)", ["result"], registry=r)
+        self.device_plugin_undetermined = Gauge(
+            "nfa_device_plugin_undetermined",
+            "1 while a device plugin resource's /dev patterns could not be read whole (a pattern past its "
+            "match bound, a failed read) and the devices not read are held",
+            ["resource"], registry=r)
         self.watch_ignored = Counter(
             "nfa_watch_ignored_total",
             "Watch and LIST items ignored: undecodable, wrong-kind (not the watched kind), no-uid",

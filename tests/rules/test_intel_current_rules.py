@@ -28,7 +28,7 @@ CURRENT = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "intel"
 GPU = {"intel.feature.node.kubernetes.io/gpu": "true"}
 SERVER = {**GPU, **{f"intel.feature.node.kubernetes.io/{n}": "true" for n in ("dsa", "iaa", "qat", "sgx")}}
 #: every recorded host with a device Intel's rules name, and what they give it
-HOSTS = {"coral-pcie": GPU, "coral-usb": GPU, "coral-usb-boot": GPU, "edge-ai": GPU, "intel-server": SERVER}
+HOSTS = {"coral-pcie": GPU, "coral-usb": GPU, "coral-usb-boot": GPU, "edge-ai": GPU, "homelab": GPU, "homelab-replugged": GPU, "intel-server": SERVER}
 NPU = "intel.feature.node.kubernetes.io/npu"
 
 
