@@ -86,7 +86,7 @@ def default_rules_dirs() -> list[str]:
 
 def packaged_catalogue() -> Path:
     """The catalogue the wheel carries (``agent/labels``, a copy of the repo's ``labels/``),
-    so a pip-installed CLI plans with the same rules as a checkout."""
+    so a pip-installed CLI reads the same rules as a checkout."""
     return Path(__file__).resolve().parent / "labels"
 
 

@@ -1,5 +1,13 @@
 """The desired state of this node, as rules compute it and the reconciler applies it.
 
+The agent's data flow has four stages, each with one name in the code:
+
+1. **features**: what discovery found (``agent.features.Feature``, ``agent.discovery``);
+2. **desired state**: ``DesiredNodeState``, built and validated in one place
+   (``agent.rules.desired_state``; the run loop's ``agent.runtime.desired_state``);
+3. **changes**: ``agent.reconcile.diff.diff_node`` -> ``NodeChanges``, the minimal patches;
+4. **writes**: the Reconciler sends them (``agent.reconcile.node_api``).
+
 ``DesiredNodeState`` is the contract between the pure rule evaluation (``agent.rules``) and
 the reconciler (``agent.reconcile``): labels, extended resources, taints and annotations the
 agent wants on its own Node, plus provenance so ``explain`` can say where each came from.
@@ -93,7 +101,9 @@ class Problem:
 
 @dataclass(frozen=True)
 class DesiredNodeState:
-    """Everything the agent wants on its Node. Values are already validated."""
+    """Everything the agent wants on its Node. Every item is valid by construction: the builder
+    (``agent.rules.desired_state``) refuses what Kubernetes or the namespace policy would reject
+    and gives extended resources as the plain count sent, so the diff checks none again."""
 
     labels: Mapping[str, str] = field(default_factory=dict)
     extended_resources: Mapping[str, str] = field(default_factory=dict)

@@ -14,13 +14,32 @@ from types import MappingProxyType
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """Where a device's /dev nodes come from. ``usb``: /dev/bus/usb/BBB/DDD from the USB
-    device's busnum/devnum; ``class``: the char devices a driver created for the matched device
-    in that sysfs class (``apex`` -> /dev/apex_0, ``hailo_chardev`` -> /dev/hailo0); ``path``:
-    one fixed node, the same for every device."""
+    """Where a device's /dev nodes come from.
 
-    kind: str  # "usb", "class" or "path"
-    value: str = ""  # the class name, or the fixed path
+    Per matched instance: ``usb``: /dev/bus/usb/BBB/DDD from the USB device's busnum/devnum;
+    ``class``: the char devices a driver created for the matched device in that sysfs class
+    (``apex`` -> /dev/apex_0, ``hailo_chardev`` -> /dev/hailo0, ``tty`` -> the /dev/ttyACM0 of a
+    USB modem). From /dev itself: ``path``: one fixed node; ``glob``: a pattern whose every
+    match is a device of its own, or with ``group`` one set of nodes. ``path`` and ``group``
+    nodes belong to every device of the declaration (alone, they are its one device).
+
+    ``container_path``: where the node appears in the container (default: its host name);
+    ``optional``: a node that is not there is left out instead of making the device unhealthy."""
+
+    kind: str  # "usb", "class", "path" or "glob"
+    value: str = ""  # the class name, the fixed path or the pattern
+    container_path: str = ""
+    optional: bool = False
+    group: bool = False
+
+    @property
+    def per_instance(self) -> bool:
+        return self.kind in ("usb", "class")
+
+    @property
+    def per_match(self) -> bool:
+        """A glob each of whose matches is a device of its own."""
+        return self.kind == "glob" and not self.group
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class DeviceDeclaration:
     mounts: tuple[MountSpec, ...] = ()
     not_ready: tuple[NotReadySpec, ...] = ()
     origin: str = ""  # file:line
+    shares: int = 1  # how many containers may hold one device at once
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -78,6 +98,7 @@ class DeviceClaim:
 
     declaration: DeviceDeclaration
     devices: tuple[MatchedDevice, ...] = ()
+    matched: bool = True  # the rule matched this pass (its /dev patterns are looked at only then)
 
     @property
     def resource(self) -> str:

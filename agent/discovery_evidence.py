@@ -35,8 +35,8 @@ one disk's ``queue/rotational`` cannot be read and no other disk showed a non-ro
 ``network.device`` when a NIC's VF count cannot be read and no other NIC gave the SR-IOV label.
 That is an error, not evidence that the CPUs lost their threads or the SSD or the VFs are gone:
 :func:`carry_undetermined` keeps the previous pass's feature and label until a pass reads it
-again. With no previous pass (a fresh agent) there is nothing to carry: the plan then keeps
-the labels the feature decides as the Node has them (``agent.rules.held``,
+again. With no previous pass (a fresh agent) there is nothing to carry: the desired state then
+keeps the labels the feature decides as the Node has them (``agent.rules.held``,
 ``DesiredNodeState.held_labels``).
 """
 

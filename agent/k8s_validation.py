@@ -96,11 +96,23 @@ def extended_resource_name_errors(name: object) -> list[str]:
     return errors
 
 
+#: longest quantity text read or sent: keeps a hostile value (``1e10000000``, a thousand digits)
+#: cheap to reject; Kubernetes itself caps quantities at int64 scale (about 9.2e18), far inside
+QUANTITY_MAX_CHARS = 64
+
+
 def extended_resource_quantity_errors(quantity: object) -> list[str]:
     """Extended resources must be non-negative whole numbers."""
-    if not isinstance(quantity, str) or not _QUANTITY_INT_RE.fullmatch(quantity.strip()):
+    if not isinstance(quantity, str) or not _QUANTITY_INT_RE.fullmatch(quantity.strip()) \
+            or len(quantity.strip().lstrip("+")) > QUANTITY_MAX_CHARS:
         return ["extended resources must be a non-negative integer"]
     return []
+
+
+def extended_resource_count(quantity: str) -> str:
+    """A quantity ``extended_resource_quantity_errors`` accepts as the plain decimal count sent
+    (``"+04"`` -> ``"4"``)."""
+    return str(int(quantity.strip()))
 
 
 def taint_errors(key: object, value: object, effect: object) -> list[str]:

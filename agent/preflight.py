@@ -2,7 +2,7 @@
 
 Why: a wrong flag must never strip a Node. A host root that is not a host (a typo, an empty
 directory, a file) discovers nothing, and "nothing" would be reconciled as "every device left";
-a rules directory that does not exist plans no generalized labels, and the reconciler would
+a rules directory that does not exist desires no generalized labels, and the reconciler would
 remove them. So both are refused up front, with one line on stderr and exit status
 :data:`EXIT_CONFIG`, before anything is written.
 

@@ -77,10 +77,10 @@ class Plans:
     def _make(self, case: str):
         found, catalogue = self.found[case], self.catalogue
 
-        def plan(node_labels):
-            return rules.plan_node(found.features, found.labels, node_labels, catalogue, None, found.label_origins)
+        def desired_state(node_labels):
+            return rules.desired_state(found.features, found.labels, node_labels, catalogue, None, found.label_origins)
 
-        return plan
+        return desired_state
 
     def __getitem__(self, case: str):
         return self._fns[case]

@@ -1,4 +1,5 @@
-"""``apply``: discover, plan and apply this node's labels, resources and taints once.
+"""``apply``: discover, compute the desired state and apply this node's labels, resources and
+taints once.
 
 The continuous agent is ``run``; ``apply --once`` is the same pipeline for one pass (a Job, a
 debugging session, CI). ``--dry-run`` reads the Node and prints what would change.
@@ -143,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
 
     hold = _undetermined_hold(found, catalogue, options)
 
-    def plan(node_labels: Mapping[str, str]) -> DesiredNodeState:
-        state = rules.plan_node(features, labels, node_labels, catalogue, options, origins)
+    def desired_state(node_labels: Mapping[str, str]) -> DesiredNodeState:
+        state = rules.desired_state(features, labels, node_labels, catalogue, options, origins)
         if hold is not None:
             held, held_resources, _ = hold
             state = dataclasses.replace(state, held_labels=held or frozenset(), hold_every_label=held is None,
@@ -155,10 +156,10 @@ def run(args: argparse.Namespace) -> int:
                             startup_taints=startup, max_attempts=max(1, args.retries),
                             claims=claim_policy(options, lambda: catalogue, startup))
     if args.dry_run:
-        outcome = reconciler.preview(plan)
+        outcome = reconciler.preview(desired_state)
     else:
         with reconciler.events.deferred():  # the Warning joins the pass's one Event
-            outcome = reconciler.reconcile(plan)
+            outcome = reconciler.reconcile(desired_state)
             if hold is not None:
                 from agent.reconcile.events import REASON_READ_FAILED
 

@@ -51,12 +51,40 @@ def hidden_cpuid_label(args: argparse.Namespace, features: Mapping[str, Any], na
             f"it for rules (match cpu.cpuid {flag}: {{op: Exists}})")
 
 
+def with_devices(args: argparse.Namespace, claims: Mapping[str, Any], explanation: Any) -> Any:
+    """For a resource the catalogue declares ``devices:`` for: the devices the device plugin
+    (and DRA) would serve on this host, their nodes, what each ID is built from, and the /dev
+    matches refused or left unread."""
+    claim = claims.get(explanation.target)
+    if claim is None:
+        return explanation
+    import dataclasses
+
+    from agent.deviceplugin.resolve import resolve_claim
+    from agent.hostfs import HostFS
+
+    resolved = resolve_claim(HostFS(args.host_root), claim)
+    lines = [f"  devices:    {len(resolved.devices)} (with --device-plugin=on or DRA; {resolved.origin})"]
+    for device in resolved.devices:
+        nodes = " ".join(n.host_path if n.host_path == n.container_path else f"{n.host_path} as {n.container_path}"
+                         for n in device.nodes) or "-"
+        state = f"Unhealthy: {device.why}" if device.why else "Healthy"
+        shared = f", shared {resolved.shares} ways" if resolved.shares > 1 else ""
+        lines.append(f"    {device.id}  {state}{shared}  {nodes}")
+        lines.append(f"      ID from {device.id_basis}")
+    lines += [f"    refused: {note}" for note in resolved.notes]
+    if resolved.undetermined:
+        lines.append(f"    undetermined, held: {resolved.undetermined}")
+    return dataclasses.replace(explanation, lines=(*explanation.lines, *lines))
+
+
 def run(args: argparse.Namespace) -> int:
     from agent.rules.explain import explain
 
     result, _ = compute(args)
     options = rule_options(args)
-    explanations = [explain(result, name, options, hidden_cpuid_label(args, result.features, name))
+    explanations = [with_devices(args, result.state.device_claims,
+                                 explain(result, name, options, hidden_cpuid_label(args, result.features, name)))
                     for name in args.names]
     dra = {name: dra_lines(args, result.state, name) for name in args.names if name in result.state.device_claims}
     if args.format == "json":

@@ -28,7 +28,7 @@ from agent.config import (
 
 if TYPE_CHECKING:  # imported where used: the command line starts without them
     from agent.desired import DesiredNodeState
-    from agent.rules import Catalogue, Plan
+    from agent.rules import Catalogue, Derivation
     from agent.rules.model import RuleOptions
     from agent.runtime.cluster_objects import ClusterObjects
 
@@ -80,8 +80,8 @@ def node_labels(args: argparse.Namespace) -> dict[str, str]:
         raise SystemExit(2) from exc
 
 
-def compute(args: argparse.Namespace) -> tuple[Plan, Catalogue]:
-    """Discover, load and plan: -> (rules.Plan, catalogue)."""
+def compute(args: argparse.Namespace) -> tuple[Derivation, Catalogue]:
+    """Discover, load and derive the desired state: -> (rules.Derivation, catalogue)."""
     from agent import rules
     from agent.discovery import discover
     from agent.hostfs import HostFS
@@ -99,14 +99,14 @@ def compute(args: argparse.Namespace) -> tuple[Plan, Catalogue]:
         features, labels, origins = cluster.join(features, labels, origins)
     for problem in catalogue.problems:
         print(f"rules: {problem}", file=sys.stderr)
-    result = rules.plan(features, labels, labels_on_node, catalogue, options, origins)
+    result = rules.derive(features, labels, labels_on_node, catalogue, options, origins)
     # The agent's own output is never its input (the reconciler passes rules only the labels it
     # does not own): drop given labels this host's discovery or plan produces, and plan again,
     # so `plan --node-labels` equals `apply --dry-run`.
     own = set(labels) | set(result.state.labels)
     if own & set(labels_on_node):
         labels_on_node = {k: v for k, v in labels_on_node.items() if k not in own}
-        result = rules.plan(features, labels, labels_on_node, catalogue, options, origins)
+        result = rules.derive(features, labels, labels_on_node, catalogue, options, origins)
     return result, catalogue
 
 
@@ -157,7 +157,9 @@ class DeviceEntry(TypedDict):
 
     id: str
     health: str  # Healthy or Unhealthy
-    nodes: list[str]  # host paths of its /dev nodes
+    nodes: list[str]  # host paths of its /dev nodes ("host:container" where the two differ)
+    basis: str  # which stable host name the ID is built from
+    shares: NotRequired[int]  # IDs advertised for it when it is shared
     why: NotRequired[str]  # why it is unhealthy
 
 
@@ -171,10 +173,18 @@ def plugin_devices(args: argparse.Namespace, state: DesiredNodeState) -> dict[st
         out[name] = []
         for device in resolved.devices:
             entry: DeviceEntry = {"id": device.id, "health": "Healthy" if device.healthy else "Unhealthy",
-                                  "nodes": [n.host_path for n in device.nodes]}
+                                  "nodes": [n.host_path if n.container_path == n.host_path
+                                            else f"{n.host_path}:{n.container_path}" for n in device.nodes],
+                                  "basis": device.id_basis}
+            if resolved.shares > 1:
+                entry["shares"] = resolved.shares
             if device.why:
                 entry["why"] = device.why
             out[name].append(entry)
+        for note in resolved.notes:
+            print(f"plan: {name}: {note}", file=sys.stderr)
+        if resolved.undetermined:
+            print(f"plan: {name}: undetermined, held: {resolved.undetermined}", file=sys.stderr)
     return out
 
 
@@ -184,7 +194,9 @@ def render_devices(devices: dict[str, list[DeviceEntry]]) -> str:
         lines.append(f"  {name}: {len(items)} device(s)")
         for item in items:
             why = f"   ({item['why']})" if "why" in item else ""
-            lines.append(f"    {item['id']}  {item['health']}  {' '.join(item['nodes']) or '-'}{why}")
+            shared = f" x{item['shares']}" if "shares" in item else ""
+            lines.append(f"    {item['id']}{shared}  {item['health']}  {' '.join(item['nodes']) or '-'}{why}")
+            lines.append(f"      ID from {item['basis']}")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """``run``: the agent the DaemonSet starts; reacts to hotplug, rule edits and Node changes.
 
-Discovers, plans and reconciles once at start, then again whenever a device event (debounced),
-a rule file edit, a change to this Node (someone removed our label, a dependency label
+Discovers, computes the desired state and reconciles once at start, then again whenever a device
+event (debounced), a rule file edit, a change to this Node (someone removed our label, a dependency label
 appeared) or the jittered resync asks for it. Serves /metrics, /healthz and /readyz on
 ``--metrics-port``. SIGTERM/SIGINT: stop taking triggers, give an in-flight write what is left of 0.8 s (then
 abandon it), stop every thread, exit 0 within a second; labels stay (``clean`` removes).

@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 AllocationObserver = Callable[[str, str], None]  # (resource, result) -> None
 
 
-def device_message(device: PluginDevice) -> api_pb2.Device:
-    message = api_pb2.Device(ID=device.id, health=HEALTHY if device.healthy else UNHEALTHY)
+def device_message(device: PluginDevice, advertised_id: str = "") -> api_pb2.Device:
+    """``advertised_id``: the replica's ID when the device is shared (default: its own)."""
+    message = api_pb2.Device(ID=advertised_id or device.id, health=HEALTHY if device.healthy else UNHEALTHY)
     if device.numa_node is not None:
         message.topology.nodes.add(ID=device.numa_node)
     return message
@@ -39,8 +40,9 @@ class AllocationError(Exception):
 
 
 def container_response(state: ResourceDevices, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
-    """DeviceSpecs for every node of every requested device, plus the resource's env and mounts."""
-    known = state.by_id()
+    """DeviceSpecs for every node of every requested device (any replica of a shared device
+    hands out that device's nodes), plus the resource's env and mounts."""
+    known = state.replicas()
     response = api_pb2.ContainerAllocateResponse()
     seen: set[str] = set()
     for device_id in ids:
@@ -67,7 +69,7 @@ def container_response(state: ResourceDevices, ids: list[str]) -> api_pb2.Contai
 
 def preferred(state: ResourceDevices, available: list[str], must: list[str], size: int) -> list[str]:
     """``must`` first, then healthy devices on the NUMA node most of them share, by ID."""
-    known = state.by_id()
+    known = state.replicas()
     chosen = [d for d in must if d in available or d in known][:max(size, len(must))]
     numa = [known[d].numa_node for d in chosen if d in known and known[d].numa_node is not None]
     home = max(set(numa), key=numa.count) if numa else None
@@ -196,8 +198,8 @@ class ResourceServer:
     def publish(self, state: ResourceDevices) -> bool:
         """Make ``state`` current; wake every ListAndWatch stream if the device list changed."""
         with self._cond:
-            changed = [(d.id, d.healthy, d.numa_node) for d in state.devices] != \
-                      [(d.id, d.healthy, d.numa_node) for d in self._state.devices]
+            changed = [(i, d.healthy, d.numa_node) for i, d in state.replicas().items()] != \
+                      [(i, d.healthy, d.numa_node) for i, d in self._state.replicas().items()]
             self._state = state
             if changed:
                 self._generation += 1
@@ -213,7 +215,7 @@ class ResourceServer:
                 if self._stopped or not context.is_active():
                     return
                 sent, state = self._generation, self._state
-            yield api_pb2.ListAndWatchResponse(devices=[device_message(d) for d in state.devices])
+            yield api_pb2.ListAndWatchResponse(devices=[device_message(d, i) for i, d in state.replicas().items()])
 
     def start(self) -> ResourceServer:
         """Listen on a fresh socket (a stale file from an earlier run is removed first)."""

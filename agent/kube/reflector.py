@@ -6,7 +6,8 @@ Modelled on client-go's Reflector (``k8s.io/client-go/tools/cache/reflector.go``
 
 * LIST the collection (paged with ``limit``/``continue`` when ``page_size`` is set, with the
   label and field selectors), hand the whole of it to the handler (``replace``) and remember
-  its resourceVersion;
+  its resourceVersion; a ``PagedHandler`` (a collection larger than it keeps) takes it page by
+  page instead (``listing()``), so no more than one page is held in memory;
 * WATCH from that version with ``allowWatchBookmarks`` and ``timeoutSeconds``; each event's
   version is remembered (bookmarks only move it); when the server ends a stream, watch again
   from the last version;
@@ -28,6 +29,21 @@ Node watch is the agent's eyes), the following ones wait 50 ms doubling to
 ``quick_end_max_wait``, so even that is no hot loop. A LIST answer must
 be a ``<Kind>List``; its items are checked like events.
 
+``max_page_bytes`` (optional) bounds what one LIST page may cost to read: a page over it is
+asked again, from the same ``continue`` token, for an eighth of the objects, down to one; a
+page of one object still over it is *not read*: the LIST ends there incomplete
+(``Listing.end(False)``), so what the handler holds stays (never "the rest is absent"), and
+the watch follows from the version of the pages read.
+
+``gate`` (optional) is held while the reflector decodes what it read and hands it over (a LIST
+page, a watch line, the end of a LIST), never while it waits on the network: a handler whose
+readers must not be interrupted by that work (the agent's pass) shares it with them, and they
+wait for at most one page's work.
+
+A handler's ``event`` may raise ``Relist``: the stream is closed, the handler's pause runs (a
+tenant's churn then costs one LIST per pause, not a LIST storm), and the collection is listed
+again.
+
 ``absent_backoff`` (optional) is the policy for a collection that may not exist: a 404 (CRD
 not installed) or 403 (not allowed) then goes to the handler's ``absent(status)`` and the LIST
 is tried again on that slower backoff; without it those are errors like any other.
@@ -45,8 +61,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kubernetes.client.exceptions import ApiException
 
@@ -71,6 +88,9 @@ class ReflectorSettings:
     """(connect, read) seconds of a LIST request."""
     page_size: int = 0
     """LIST page size (``limit``); 0: one unpaged LIST."""
+    max_page_bytes: int = 0
+    """The most bytes one LIST page may have (a larger one is asked again with fewer objects);
+    0: no bound. Needs ``page_size``."""
     backoff: BackoffSettings = BackoffSettings()  # noqa: RUF009 - frozen, shared safely
     max_delay: float = 5.0
     """The longest wait after an error (Retry-After excepted)."""
@@ -80,18 +100,61 @@ class ReflectorSettings:
     """Wait before the first LIST (a rollout's startup jitter)."""
     quick_end_max_wait: float = 1.0
 
+    def __post_init__(self) -> None:
+        if self.max_page_bytes and not self.page_size:
+            raise ValueError("max_page_bytes needs page_size: a page over it is asked again with fewer objects")
 
-class Handler(Protocol):
-    """What a watch keeps and does; the reflector calls it from its thread."""
+
+class EventHandler(Protocol):
+    """What every handler does with a watch's events; the reflector calls it from its thread."""
+
+    def event(self, kind: str, obj: Json) -> None:
+        """``ADDED``, ``MODIFIED`` or ``DELETED`` of one checked object; may raise ``Relist``."""
+
+    def absent(self, status: int) -> None:
+        """The collection cannot be read (404 or 403), with ``absent_backoff`` set."""
+
+
+class Handler(EventHandler, Protocol):
+    """A handler that takes each LIST whole."""
 
     def replace(self, objects: list[Json]) -> None:
         """After each complete LIST: the whole collection (objects not in it are gone)."""
 
-    def event(self, kind: str, obj: Json) -> None:
-        """``ADDED``, ``MODIFIED`` or ``DELETED`` of one checked object."""
 
-    def absent(self, status: int) -> None:
-        """The collection cannot be read (404 or 403), with ``absent_backoff`` set."""
+class Listing(Protocol):
+    """One LIST as it is read, page by page."""
+
+    def page(self, objects: list[Json]) -> None:
+        """One page's checked objects, in the collection's order."""
+
+    def end(self, complete: bool) -> None:
+        """The LIST is over: every page read (``complete``), or a page of one object over
+        ``max_page_bytes`` stopped it (the objects after it were not read: not gone)."""
+
+
+@runtime_checkable
+class PagedHandler(EventHandler, Protocol):
+    """A handler that takes each LIST page by page (a collection larger than it keeps)."""
+
+    def listing(self) -> Listing:
+        """A LIST starts: where its pages go."""
+
+
+class Collected:
+    """The ``Listing`` of a ``Handler``: the pages collected, handed to ``replace`` when every
+    one was read (an incomplete LIST replaces nothing: the handler holds what it had)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.objects: list[Json] = []
+
+    def page(self, objects: list[Json]) -> None:
+        self.objects.extend(objects)
+
+    def end(self, complete: bool) -> None:
+        if complete:
+            self.handler.replace(self.objects)
 
 
 class Expired(Exception):
@@ -106,6 +169,15 @@ class Absent(Exception):
 
 class NothingUsable(Exception):
     """A stream (or LIST) that carried nothing usable: an error, backed off like one."""
+
+
+class Relist(Exception):
+    """Raised by a handler's ``event``: close the stream, run ``pause`` (the handler's wait, in
+    the reflector's thread; it must end when the handler stops) and LIST again."""
+
+    def __init__(self, pause: Callable[[], object] = lambda: None) -> None:
+        super().__init__("relist")
+        self.pause = pause
 
 
 def describe(exc: BaseException) -> str:
@@ -126,16 +198,18 @@ def retry_after_of(exc: BaseException) -> float | None:
 class Reflector:
     """One LIST + WATCH loop in a daemon thread, feeding ``handler``."""
 
-    def __init__(self, client: Any, path: str, kind: str, handler: Handler, *, name: str,
+    def __init__(self, client: Any, path: str, kind: str, handler: Handler | PagedHandler, *, name: str,
                  settings: ReflectorSettings = ReflectorSettings(),
                  label_selector: str | None = None, field_selector: str | None = None,
-                 on_ignored: Callable[[str, str], None] | None = None, node: str = "") -> None:
+                 on_ignored: Callable[[str, str], None] | None = None, node: str = "",
+                 gate: AbstractContextManager[Any] | None = None) -> None:
         self.client = client  # a LightCoreV1Api, or any client with its ``api_client`` (the generated API)
         self.path, self.kind, self.handler, self.name = path, kind, handler, name
         self.settings = settings
         self.label_selector, self.field_selector = label_selector, field_selector
         self.on_ignored = on_ignored
         self.node = node  # for the log lines' ``node`` field
+        self.gate = gate if gate is not None else nullcontext()
         self.backoff = Backoff(settings.backoff)
         self.absent_backoff = Backoff(settings.absent_backoff or BackoffSettings())
         self.resource_version = ""
@@ -187,6 +261,10 @@ class Reflector:
                          extra={"node": self.node, "event": "watch-expired"})
                 self.relists += 1
                 need_list = True
+            except Relist as exc:
+                self.relists += 1
+                exc.pause()
+                need_list = True
             except Absent as exc:
                 self.handler.absent(exc.status)
                 self._wait(self.absent_backoff.next_delay())
@@ -223,23 +301,48 @@ class Reflector:
             raise
 
     def _list(self) -> None:
-        objects: list[Json] = []
-        token = ""
-        page = self.settings.page_size or None
+        listing = self.handler.listing() if isinstance(self.handler, PagedHandler) else Collected(self.handler)
+        metadata: Mapping[str, Any] = {}
+        token, limit, complete = "", self.settings.page_size or None, True
         while True:
             self.lists += 1
-            response = self._request(limit=page, continue_=token or None,
-                                     _request_timeout=self.settings.request_timeout)
-            body = self._list_body(response.data)
-            objects.extend(o for o in body.get("items") or [] if self._usable(o, listed=True))
-            metadata: Mapping[str, Any] = body["metadata"] if isinstance(body.get("metadata"), Mapping) else {}
-            token = str(metadata.get("continue") or "") if page else ""
+            data = self._page(limit, token)
+            if data is None:  # over max_page_bytes: the same page again, with fewer objects
+                if limit is not None and limit > 1:
+                    limit = max(1, limit // 8)
+                    continue
+                complete = False  # one object over the bound: the rest of the LIST is not read
+                break
+            with self.gate:
+                body = self._list_body(data)
+                listing.page([o for o in body.get("items") or [] if self._usable(o, listed=True)])
+            metadata = body["metadata"] if isinstance(body.get("metadata"), Mapping) else {}
+            token = str(metadata.get("continue") or "") if limit else ""
             if not token:
                 break
         self.resource_version = str(metadata.get("resourceVersion") or "")
         self.absent_backoff.reset()
         self._touch()
-        self.handler.replace(objects)
+        with self.gate:
+            listing.end(complete)
+
+    def _page(self, limit: int | None, token: str) -> bytes | None:
+        """One LIST page's body, or None when it is over ``max_page_bytes`` (read no further)."""
+        response = self._request(limit=limit, continue_=token or None, _request_timeout=self.settings.request_timeout)
+        cap = self.settings.max_page_bytes
+        chunks, size = [], 0
+        try:
+            while chunk := response.read(256 * 1024):
+                size += len(chunk)
+                if cap and size > cap:
+                    response.close()  # the rest unread: the connection cannot go back to the pool
+                    return None
+                chunks.append(chunk)
+        except BaseException:
+            response.close()
+            raise
+        response.release_conn()
+        return b"".join(chunks)
 
     def _list_body(self, data: bytes) -> Json:
         try:
@@ -263,14 +366,20 @@ class Reflector:
             response.shutdown()
         started = time.monotonic()
         lines = usable = 0
+        ended = False
         try:
             for line in stream_lines(response):
                 if self._stop.is_set():
                     return
                 lines += 1
-                usable += self._line(line)
+                with self.gate:
+                    usable += self._line(line)
+            ended = True
         finally:
-            response.release_conn()
+            if ended:
+                response.release_conn()
+            else:  # left mid-stream (stop, 410, an error, a handler's Relist): the server must see it end
+                response.close()
             with self._lock:
                 self._response = None
         self._after_stream(lines, usable, time.monotonic() - started)

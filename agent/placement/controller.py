@@ -3,7 +3,7 @@
 Wiring: ``PodInformer`` (LIST + WATCH of pods labelled ``placement=gated``) feeds pod keys to
 a ``WorkQueue``; ``workers`` threads take keys, resolve the pod's images with the shared
 ``Resolver`` (thread-safe, single flight per image, so concurrency is bounded by the pool and
-by the resolver's per-registry rate limit), decide (``decide.plan``) and write. Only the
+by the resolver's per-registry rate limit), decide (``decide.decide``) and write. Only the
 replica holding the Lease writes; the others keep their informer warm and take over within
 the Lease duration.
 
@@ -244,19 +244,19 @@ class Controller:
         except ImageError as exc:
             self._failed(key, pod, state, exc, created, choice)
             return
-        plan = decide.plan(pod, answers, taint_mode=self.config.taint_mode)
-        if plan.action == decide.NO_COMMON:
+        decision = decide.decide(pod, answers, taint_mode=self.config.taint_mode)
+        if decision.action == decide.NO_COMMON:
             if not state.no_common:
                 with self._lock:
                     state.no_common = True
                     self._gauges()
                 self.metrics.pods.labels("no_common_arch").inc()
-                self.events.post(pod, plan.reason, plan.message, plan.event_type)
+                self.events.post(pod, decision.reason, decision.message, decision.event_type)
             self.queue.add(key, self._mono(deadline))
             return
-        outcome = {decide.PLACE: "resolved", decide.RESPECT: "respected", decide.CONFLICT: "conflict"}[plan.action]
-        assert plan.patch is not None
-        self._write(pod, plan.patch, outcome, plan.reason, plan.event_type, plan.message)
+        outcome = {decide.PLACE: "resolved", decide.RESPECT: "respected", decide.CONFLICT: "conflict"}[decision.action]
+        assert decision.patch is not None
+        self._write(pod, decision.patch, outcome, decision.reason, decision.event_type, decision.message)
 
     def _recheck(self, key: str) -> None:
         """A pod that left the selection while it carried our gate (see the module docstring)."""

@@ -1,4 +1,7 @@
-"""From a gated pod and what the registry said about its images to what to write. Pure.
+"""From a gated pod and what the registry said about its images to the pod's ``Decision``. Pure.
+
+A decision is placement's per-pod outcome (what to write and which Event to post); the
+controller writes it.
 
 * no node class runs every image: keep the pod gated, Warning ``NoCommonArch``;
 * the pod already chose its architecture (``nodeSelector`` or every required term names
@@ -36,7 +39,9 @@ class ImageAnswer:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Decision:
+    """What to do with one gated pod: the action, its Event, the patch and the allowed nodes."""
+
     action: str
     reason: str
     event_type: str
@@ -62,24 +67,25 @@ def _annotations(answers: Sequence[ImageAnswer], allowed: frozenset[NodeClass]) 
     return {podspec.DIGESTS_ANNOTATION: digests, podspec.RESOLVED_ANNOTATION: nodeclasses.describe(allowed)}
 
 
-def plan(pod: Mapping[str, Any], answers: Sequence[ImageAnswer], *, taint_mode: bool = False) -> Plan:
+def decide(pod: Mapping[str, Any], answers: Sequence[ImageAnswer], *, taint_mode: bool = False) -> Decision:
     allowed = nodeclasses.allowed_classes(a.platforms for a in answers)
     images = _images_text(answers)
     if not allowed:
-        return Plan(NO_COMMON, "NoCommonArch", "Warning",
-                    _short(f"no node can run every image of this pod; kept gated until the deadline: {images}"))
+        return Decision(NO_COMMON, "NoCommonArch", "Warning",
+                        _short(f"no node can run every image of this pod; kept gated until the deadline: {images}"))
     archs = set(nodeclasses.architectures(allowed))
     annotations = _annotations(answers, allowed)
     chosen = podspec.user_arch_choice(pod, archs)
     if chosen is not None:
         patch = podspec.ungate_patch(pod, annotations=annotations)
         if not chosen:
-            return Plan(CONFLICT, "ArchConflict", "Warning",
-                        _short(f"the pod's own kubernetes.io/arch constraint excludes every node its images run on "
-                               f"({nodeclasses.describe(allowed)}); left as written: {images}"), patch, allowed)
-        return Plan(RESPECT, "ArchResolved", "Normal",
-                    _short(f"kept the pod's own kubernetes.io/arch constraint; images run on "
-                           f"{nodeclasses.describe(allowed)}: {images}"), patch, allowed)
+            return Decision(CONFLICT, "ArchConflict", "Warning",
+                            _short(f"the pod's own kubernetes.io/arch constraint excludes every node its images "
+                                   f"run on ({nodeclasses.describe(allowed)}); left as written: {images}"),
+                            patch, allowed)
+        return Decision(RESPECT, "ArchResolved", "Normal",
+                        _short(f"kept the pod's own kubernetes.io/arch constraint; images run on "
+                               f"{nodeclasses.describe(allowed)}: {images}"), patch, allowed)
     clauses = nodeclasses.clauses(allowed)
     terms, narrowed = podspec.tightened_terms(pod, clauses)
     tolerate = nodeclasses.architectures(allowed) if taint_mode else ()
@@ -88,8 +94,8 @@ def plan(pod: Mapping[str, Any], answers: Sequence[ImageAnswer], *, taint_mode: 
     if narrowed:
         note = (f" (the pod's own required terms can only be narrowed, so only "
                 f"{'/'.join(clauses[0].archs)} nodes of {nodeclasses.describe(allowed)} are allowed)")
-    return Plan(PLACE, "ArchResolved", "Normal",
-                _short(f"required nodes: {nodeclasses.describe(allowed)}{note}; images: {images}"), patch, allowed)
+    return Decision(PLACE, "ArchResolved", "Normal",
+                    _short(f"required nodes: {nodeclasses.describe(allowed)}{note}; images: {images}"), patch, allowed)
 
 
 def fallback_patch(pod: Mapping[str, Any], arch: str, *, taint_mode: bool = False) -> Json:

@@ -2,15 +2,15 @@
 with the desired state, touching only what the agent owns (recorded on the Node itself).
 
 Modules: ``ownership`` (the record) and ``claims`` (checking and rebuilding it), ``diff``
-(pure plan), ``node_api`` (typed API calls), ``Backoff`` (retry timing, from ``agent.kube``), ``rejections``
-(items the server refused), ``contest`` (keys another writer keeps changing back),
-``events`` (Events on the Node) and ``notices`` (what is logged and recorded),
-``reconciler`` (the loop).
+(desired state -> changes, pure), ``node_api`` (typed API calls: the writes), ``Backoff`` (retry
+timing, from ``agent.kube``), ``rejections`` (items the server refused), ``contest`` (keys another
+writer keeps changing back), ``events`` (Events on the Node) and ``notices`` (what is logged and
+recorded), ``reconciler`` (the loop).
 """
 
 from agent.kube.backoff import Backoff, BackoffSettings
-from agent.reconcile.diff import plan_node_changes
-from agent.reconcile.model import Change, Clash, LiveNode, NodePlan
+from agent.reconcile.diff import diff_node
+from agent.reconcile.model import Change, Clash, LiveNode, NodeChanges
 from agent.reconcile.node_api import (
     Conflict,
     Forbidden,
@@ -24,11 +24,11 @@ from agent.reconcile.node_api import (
 )
 from agent.reconcile.outcome import CleanOutcome, ReconcileOutcome
 from agent.reconcile.ownership import Ownership, format_record, parse_ownership
-from agent.reconcile.reconciler import PlanFunction, Reconciler
+from agent.reconcile.reconciler import DesiredStateFunction, Reconciler
 
 __all__ = [
-    "Backoff", "BackoffSettings", "Change", "Clash", "CleanOutcome", "Conflict", "Forbidden", "Invalid",
-    "LiveNode", "NodeApi", "NodeApiError", "NodeNotFound", "NodePlan", "Ownership", "PlanFunction",
-    "ReconcileOutcome", "Reconciler", "RequestRejected", "Throttled", "Transient", "format_record",
-    "parse_ownership", "plan_node_changes",
+    "Backoff", "BackoffSettings", "Change", "Clash", "CleanOutcome", "Conflict", "DesiredStateFunction", "Forbidden",
+    "Invalid", "LiveNode", "NodeApi", "NodeApiError", "NodeChanges", "NodeNotFound", "Ownership",
+    "ReconcileOutcome", "Reconciler", "RequestRejected", "Throttled", "Transient", "diff_node", "format_record",
+    "parse_ownership",
 ]

@@ -6,7 +6,7 @@ rule, a second labeller, an admin's loop) answers every write with its own, and 
 make a write storm: one Node PATCH per revert, each sent to every Node watcher in the cluster.
 So, per key (a label, annotation, extended resource or taint the agent owns):
 
-* a *revert* is a planned write of exactly the value the agent last wrote there and saw
+* a *revert* is a change (a write the diff asks for) of exactly the value the agent last wrote there and saw
   accepted: its wish did not change, so someone else changed the Node;
 * the first revert within ``window`` is rewritten at once (a one-off edit, kubelet zeroing
   extended resources when it re-registers the node); the k-th waits ``initial * 2**(k-2)``
@@ -144,7 +144,7 @@ class Contests:
                 key.due = None
 
     def observe(self, live: LiveNode, desired: DesiredNodeState) -> None:
-        """Before planning: forget keys whose wish changed; end a contest the Node no longer shows."""
+        """Before the diff: forget keys whose wish changed; end a contest the Node no longer shows."""
         wanted = wishes(desired)
         for ref, key in list(self._keys.items()):
             if wanted.get(ref) != key.value:
@@ -160,7 +160,7 @@ class Contests:
                          if key.given_up or (key.due is not None and key.due > now))
 
     def reverts(self, changes: Iterable[Change]) -> list[Revert]:
-        """Count the planned writes that redo an accepted write, each once."""
+        """Count the changes that redo an accepted write, each once."""
         now = self._clock()
         counted: list[Revert] = []
         for change in changes:

@@ -1,4 +1,7 @@
-"""Pure diff: live Node + ownership record + desired state -> the minimal ``NodePlan``.
+"""Stage three of the data flow, features -> desired state -> **changes** -> writes.
+
+``diff_node``, pure: live Node + ownership record + desired state -> the minimal ``NodeChanges``
+(the patches the Reconciler writes, stage four, and the ``Change`` list they make).
 
 Rules (the whole contract of the reconciler lives here, so it is unit-tested without a server):
 
@@ -14,7 +17,10 @@ Rules (the whole contract of the reconciler lives here, so it is unit-tested wit
   after) it is written.
 * ``skip`` names items left exactly as they are (an owned one stays in the record): those the
   API server rejected (422) and those another writer keeps changing back (``contest``).
-* Desired items Kubernetes would reject are refused here (reported, not sent).
+* The desired state is valid by construction (``agent.rules.desired_state`` refuses every item
+  Kubernetes or the namespace policy would reject, where it is built), so nothing in it is
+  checked again here. The Node's own state is outside input and still is: an unreadable
+  ownership-record entry is dropped and reported (``NodeChanges.refused``).
 * ``desired.held_labels`` (keys an undetermined feature with no earlier answer decides, a
   trailing ``*`` a prefix; ``hold_every_label``: all) and ``desired.held_resources``: an owned
   label or extended resource so held is neither removed nor changed; it stays on the Node and
@@ -39,21 +45,9 @@ from agent.desired import (
     Taint,
 )
 from agent.features import undetermined_key
-from agent.k8s_validation import (
-    annotation_key_errors,
-    extended_resource_name_errors,
-    label_value_errors,
-    qualified_name_errors,
-    reserved_namespace_problem,
-    taint_errors,
-)
-from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodePlan, taint_ref
+from agent.reconcile.model import Change, Clash, ItemRef, LiveNode, NodeChanges, taint_ref
 from agent.reconcile.ownership import Ownership, format_record, format_taint_record, parse_ownership
-from agent.reconcile.quantity import canonical_count, parse_quantity, same_quantity
-
-RESERVED_LABEL_PREFIX = "node-restriction.kubernetes.io/"
-"""Admins isolate workloads with these; a pod must never write them (the NodeRestriction admission
-plugin reserves them: https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#noderestriction)."""
+from agent.reconcile.quantity import parse_quantity, same_quantity
 
 
 def escape_pointer(key: str) -> str:
@@ -62,7 +56,7 @@ def escape_pointer(key: str) -> str:
 
 
 @dataclass
-class _MapPlan:
+class _MapChanges:
     """Labels or annotations: merge-patch entries, the new record, changes, clashes.
     ``held(key)``: an owned key on the Node stays exactly as it is (and in the record)."""
 
@@ -103,13 +97,13 @@ def _maps(live: Mapping[str, str], owned: frozenset[str], want: Mapping[str, str
           kind: str, held: Callable[[str], bool] = lambda key: False
           ) -> tuple[dict[str, str | None], set[str], list[Change], list[Clash]]:
     """Shared label/annotation logic: merge-patch entries, new record, changes, clashes."""
-    plan = _MapPlan(live, owned, skip, kind, held)
+    diff = _MapChanges(live, owned, skip, kind, held)
     for key, value in sorted(want.items()):
-        plan.wanted(key, value)
+        diff.wanted(key, value)
     for key in sorted(owned):
         if key not in want or (kind, key) in skip:
-            plan.unwanted(key)
-    return plan.patch, plan.record, plan.changes, plan.clashes
+            diff.unwanted(key)
+    return diff.patch, diff.record, diff.changes, diff.clashes
 
 
 def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
@@ -118,64 +112,8 @@ def _held_labels(desired: DesiredNodeState) -> Callable[[str], bool]:
     return lambda key: undetermined_key(desired.held_labels, key)
 
 
-def _valid_labels(labels: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
-    ok = {}
-    for key, value in labels.items():
-        reasons = qualified_name_errors(key) + label_value_errors(value)
-        if key.startswith(RESERVED_LABEL_PREFIX):
-            reasons.append("node-restriction.kubernetes.io/ labels are reserved for cluster admins")
-        if reasons:
-            refused.append(Problem("reconcile", f"label {key}={value}", "; ".join(reasons)))
-        else:
-            ok[key] = value
-    return ok
-
-
-def _valid_annotations(annotations: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
-    ok = {}
-    for key, value in annotations.items():
-        reasons = annotation_key_errors(key)
-        if key in OWNERSHIP_ANNOTATIONS:
-            reasons.append("this is the agent's own ownership record")
-        if reasons:
-            refused.append(Problem("reconcile", f"annotation {key}", "; ".join(reasons)))
-        else:
-            ok[key] = str(value)
-    return ok
-
-
-def _valid_resources(resources: Mapping[str, str], refused: list[Problem]) -> dict[str, str]:
-    ok = {}
-    for name, quantity in resources.items():
-        count = canonical_count(str(quantity))
-        reasons = extended_resource_name_errors(name)
-        reserved = reserved_namespace_problem(name)
-        if reserved:
-            reasons.append(reserved)
-        if count is None:
-            reasons.append("extended resources must be a non-negative integer")
-        if reasons:
-            refused.append(Problem("reconcile", f"extended resource {name}={quantity}", "; ".join(reasons)))
-        elif count is not None:
-            ok[name] = count
-    return ok
-
-
-def _valid_taints(taints: Iterable[Taint], refused: list[Problem]) -> dict[tuple[str, str], Taint]:
-    ok = {}
-    for taint in taints:
-        reasons = taint_errors(taint.key, taint.value, taint.effect)
-        if taint.identity in ok:
-            reasons.append("taints must be unique by key and effect pair")
-        if reasons:
-            refused.append(Problem("reconcile", f"taint {taint.to_string()}", "; ".join(reasons)))
-        else:
-            ok[taint.identity] = taint
-    return ok
-
-
 @dataclass
-class _ResourcePlan:
+class _ResourceChanges:
     """JSON-patch ops on capacity+allocatable, the record until the status write, the names
     that write removes, changes, clashes, whether the record grows. ``held``: an owned resource
     on the Node stays exactly as it is (and in the record)."""
@@ -259,12 +197,12 @@ class _ResourcePlan:
 def _resources(live: LiveNode, owned: frozenset[str], want: Mapping[str, str], skip: Collection[ItemRef],
                held: frozenset[str] = frozenset()
                ) -> tuple[list[dict[str, Any]], set[str], set[str], list[Change], list[Clash], bool]:
-    plan = _ResourcePlan(live, owned, skip, held)
+    diff = _ResourceChanges(live, owned, skip, held)
     for name, value in sorted(want.items()):
-        plan.wanted(name, value)
+        diff.wanted(name, value)
     for name in sorted(owned - set(want)):
-        plan.unwanted(name)
-    return plan.all_ops(), plan.record, plan.removed, plan.changes, plan.clashes, plan.grows
+        diff.unwanted(name)
+    return diff.all_ops(), diff.record, diff.removed, diff.changes, diff.clashes, diff.grows
 
 
 def _status_record(live: LiveNode, value: str | None) -> list[dict[str, Any]]:
@@ -281,10 +219,11 @@ def _status_record(live: LiveNode, value: str | None) -> list[dict[str, Any]]:
     return [{"op": "add", "path": path, "value": value}]
 
 
-def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], want: Mapping[tuple[str, str], Taint],
+def _taints(live: LiveNode, owned: frozenset[tuple[str, str]], wanted_taints: Iterable[Taint],
             skip: Collection[ItemRef], remove_foreign: Collection[tuple[str, str]]
             ) -> tuple[list[dict[str, Any]], list[Taint], list[Change], list[Clash]]:
     """The full new taints list (foreign ones kept verbatim), our record, changes, clashes."""
+    want = {taint.identity: taint for taint in wanted_taints}
     new_list: list[dict[str, Any]] = []
     record: list[Taint] = []
     changes: list[Change] = []
@@ -329,30 +268,26 @@ def _held_others(desired: DesiredNodeState, owned: Ownership, skip: Collection[I
     return owned.resources, {*skip, *(taint_ref(*t) for t in owned.taints)}
 
 
-def plan_node_changes(
+def diff_node(
     live: LiveNode,
     desired: DesiredNodeState,
     *,
     skip: Collection[ItemRef] = frozenset(),
     remove_foreign_taints: Collection[tuple[str, str]] = frozenset(),
     ownership: Ownership | None = None,
-) -> NodePlan:
+) -> NodeChanges:
     """The minimal writes taking ``live`` to ``desired``, touching only what we own."""
     owned = ownership if ownership is not None else parse_ownership(live.annotations)
-    refused: list[Problem] = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
-    labels = _valid_labels(desired.labels, refused)
-    annotations = _valid_annotations(desired.annotations, refused)
-    resources = _valid_resources(desired.extended_resources, refused)
-    taints = _valid_taints(desired.taints, refused)
+    refused = [Problem("reconcile", "ownership record", f"unreadable entry dropped: {j}") for j in owned.junk]
 
-    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, labels, skip, "label",
+    label_patch, label_record, label_changes, clashes = _maps(live.labels, owned.labels, desired.labels, skip, "label",
                                                              held=_held_labels(desired))
     held_resources, taint_skip = _held_others(desired, owned, skip)
-    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, annotations, skip,
+    ann_patch, ann_record, ann_changes, ann_clashes = _maps(live.annotations, owned.annotations, desired.annotations, skip,
                                                             "annotation", held=lambda key: desired.hold_everything)
-    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, resources, skip,
+    ops, res_record, res_removed, res_changes, res_clashes, grows = _resources(live, owned.resources, desired.extended_resources, skip,
                                                                                held_resources)
-    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, taints, taint_skip,
+    new_taints, taint_record, taint_changes, taint_clashes = _taints(live, owned.taints, desired.taints, taint_skip,
                                                                      remove_foreign_taints)
 
     records = {
@@ -368,7 +303,7 @@ def plan_node_changes(
             record_changes.append(Change("record", "change", name, live.annotations.get(name), value))
 
     if ops and not grows:  # the record after the status write: without what that write removes
-        # (a growing record goes first in the metadata patch; the next plan carries the trim)
+        # (a growing record goes first in the metadata patch; the next diff carries the trim)
         trimmed = format_record(res_record - res_removed)
         trim_ops = _status_record(live, trimmed)
         ops = ops + trim_ops
@@ -388,7 +323,7 @@ def plan_node_changes(
         metadata["resourceVersion"] = live.resource_version  # taints are read-modify-write
     if metadata:
         body["metadata"] = metadata
-    return NodePlan(
+    return NodeChanges(
         metadata_patch=body or None,
         status_ops=tuple(ops),
         metadata_changes=tuple(label_changes + ann_changes + taint_changes + record_changes),
@@ -399,13 +334,13 @@ def plan_node_changes(
     )
 
 
-def annotations_after(live: LiveNode, node_plan: NodePlan) -> int:
-    """Bytes of the Node's annotations once ``node_plan``'s ownership record is written (its other
+def annotations_after(live: LiveNode, node_changes: NodeChanges) -> int:
+    """Bytes of the Node's annotations once ``node_changes``'s ownership record is written (its other
     annotations as they are now: the server judges a new one, and a refused one is skipped),
     counted as the API server counts its budget (``ValidateAnnotationsSize``: key and value
     lengths in bytes)."""
     annotations = dict(live.annotations)
-    patch = ((node_plan.metadata_patch or {}).get("metadata") or {}).get("annotations") or {}
+    patch = ((node_changes.metadata_patch or {}).get("metadata") or {}).get("annotations") or {}
     for key, value in patch.items():
         if key not in OWNERSHIP_ANNOTATIONS:
             continue
@@ -413,7 +348,7 @@ def annotations_after(live: LiveNode, node_plan: NodePlan) -> int:
             annotations.pop(key, None)
         else:
             annotations[key] = value
-    for op in node_plan.status_ops:
+    for op in node_changes.status_ops:
         if op.get("path") == f"/metadata/annotations/{escape_pointer(ANNOTATION_OWNED_RESOURCES)}":
             if op.get("op") == "remove":
                 annotations.pop(ANNOTATION_OWNED_RESOURCES, None)

@@ -1,6 +1,6 @@
-"""Data the diff reads and produces: the live Node as we see it, changes, clashes, the plan.
+"""Data the diff reads and produces: the live Node as we see it, each change, clashes, ``NodeChanges``.
 
-All frozen; the diff is a pure function from (``LiveNode``, ``DesiredNodeState``) to ``NodePlan``.
+All frozen; the diff is a pure function from (``LiveNode``, ``DesiredNodeState``) to ``NodeChanges``.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class Clash:
 
 
 @dataclass(frozen=True)
-class NodePlan:
+class NodeChanges:
     """The minimal writes that take the live Node to the desired state.
 
     ``metadata_patch``: JSON merge patch for the main resource (labels, annotations incl. the

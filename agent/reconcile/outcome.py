@@ -27,7 +27,7 @@ class ReconcileOutcome:
     #: seconds until a rewrite of a key another writer changed back is due (``contest``);
     #: None when none waits. The run loop passes again then, unless an event comes first
     rewrite_in: float | None = None
-    #: changes still missing after a pass wrote only part of its plan (e.g. the labels went in,
+    #: changes still missing after a pass wrote only part of its changes (e.g. the labels went in,
     #: the status.capacity PATCH failed): () when the Node is whole; kept across passes that
     #: write nothing, cleared by the first pass that converges
     partial: tuple[str, ...] = ()

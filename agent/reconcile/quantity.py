@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from agent.k8s_validation import QUANTITY_MAX_CHARS
+
 _QUANTITY_RE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
 _BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
 #: bounds that keep a hostile value from the Node cheap to reject: ``1e10000000`` would
 #: otherwise build a ten-million-digit integer. Kubernetes itself caps quantities at
 #: int64 scale (about 9.2e18), far inside these.
-MAX_QUANTITY_CHARS = 64
+MAX_QUANTITY_CHARS = QUANTITY_MAX_CHARS
 MAX_EXPONENT = 64
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 

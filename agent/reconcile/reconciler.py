@@ -1,7 +1,7 @@
 """Take the agent's own Node to the desired state with the fewest writes, never raising.
 
 One ``reconcile`` call: read the Node (or use the one the watch just delivered), compute the
-plan from the *foreign* labels (live labels minus ours), diff, send one write, recompute from
+desired state from the *foreign* labels (live labels minus ours), diff, send one write, recompute from
 the server's answer, repeat until nothing is left (normally 0, 1 or 2 writes). Failures become
 a ``ReconcileOutcome`` with ``error`` set and a suggested ``retry_after``; the event loop
 decides when to call again.
@@ -34,8 +34,8 @@ from agent.reconcile.claims import (
     unattributed_labels,
 )
 from agent.reconcile.contest import Contests, ContestSettings
-from agent.reconcile.diff import annotations_after, plan_node_changes
-from agent.reconcile.model import ItemRef, LiveNode, NodePlan, wanted_items
+from agent.reconcile.diff import annotations_after, diff_node
+from agent.reconcile.model import ItemRef, LiveNode, NodeChanges, wanted_items
 from agent.reconcile.node_api import (
     Conflict,
     Forbidden,
@@ -54,7 +54,8 @@ from agent.reconcile.rejections import RefusedItems, rejected_items
 
 log = logging.getLogger(__name__)
 
-PlanFunction = Callable[[Mapping[str, str]], DesiredNodeState]
+#: the desired state given the Node's foreign labels (the rules may read them)
+DesiredStateFunction = Callable[[Mapping[str, str]], DesiredNodeState]
 
 
 def node_as_dict(live_node: Any) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def node_as_dict(live_node: Any) -> dict[str, Any]:
     return node
 
 
-def _empty_plan(_labels: Mapping[str, str]) -> DesiredNodeState:
+def _nothing_desired(_labels: Mapping[str, str]) -> DesiredNodeState:
     return DesiredNodeState()
 
 
@@ -95,7 +96,7 @@ class _Pass:
     conflicts: int = 0
     stale_rereads: int = 0
     remove_startup: bool = False
-    desired: DesiredNodeState | None = None  # None until the Node was read and planned for
+    desired: DesiredNodeState | None = None  # None until the Node was read and its desired state computed
 
     def note(self, problem: Problem) -> None:
         if problem not in self.problems:
@@ -137,11 +138,11 @@ class Reconciler:
         self._refused = RefusedItems()
         self._contests = Contests(contests, clock)
         self._cached: tuple[dict[str, str], DesiredNodeState] | None = None
-        self._cached_plan: PlanFunction | None = None
+        self._cached_function: DesiredStateFunction | None = None
         self._partial: tuple[str, ...] = ()
         self._partial_since: float | None = None
         self._clock = clock
-        self._annotations_over = False  # the last plan would have passed the annotation budget
+        self._annotations_over = False  # the last changes would have passed the annotation budget
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -159,17 +160,17 @@ class Reconciler:
         """Changes a pass left unwritten after writing others: () while the Node is whole."""
         return self._partial
 
-    def reconcile(self, plan: PlanFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
-        """Apply ``plan(foreign_labels)`` to the node; never raises on API errors."""
+    def reconcile(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | Any | None = None) -> ReconcileOutcome:
+        """Take the node to ``desired_state(foreign_labels)``; never raises on API errors."""
         with self.events.deferred():  # both writes back to back, the pass's Events after them
-            outcome, live = self._run(plan, live_node, cleaning=False)
+            outcome, live = self._run(desired_state, live_node, cleaning=False)
         self._track_partial(outcome, live)
         return replace(outcome, partial=self._partial) if self._partial else outcome
 
     def clean(self) -> CleanOutcome:
         """Remove everything we own (labels, annotations, resources, taints, the record)."""
         with self.events.deferred():
-            outcome, final = self._run(_empty_plan, None, cleaning=True)
+            outcome, final = self._run(_nothing_desired, None, cleaning=True)
         clean = outcome.ok and final is not None and parse_ownership(final.annotations).empty
         problems = list(outcome.problems)
         unattributed = unattributed_labels(final) if final is not None else []
@@ -182,24 +183,24 @@ class Reconciler:
         return CleanOutcome(clean=clean, writes=outcome.writes, removed=outcome.applied,
                             problems=tuple(problems), error=outcome.error)
 
-    def preview(self, plan: PlanFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
+    def preview(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | None = None) -> ReconcileOutcome:
         """What ``reconcile`` would change, without writing (``apply --dry-run``)."""
         try:
             node = self._first(live_node)
         except NodeApiError as err:
             return self._failure(err, _Pass(cleaning=False), None)
         live = LiveNode.from_dict(node)
-        desired = self._desired(plan, live)
+        desired = self._desired(desired_state, live)
         problems: list[Problem] = []
         ownership = self._ownership(live, desired, problems, announce=False)
-        node_plan = plan_node_changes(live, desired, skip=self._skip(desired), ownership=ownership)
-        problems = problems + list(node_plan.refused) + [c.as_problem() for c in node_plan.clashes]
-        return ReconcileOutcome(changed=not node_plan.empty, writes=0, applied=tuple(readable(node_plan.changes)),
+        node_changes = diff_node(live, desired, skip=self._skip(desired), ownership=ownership)
+        problems = problems + list(node_changes.refused) + [c.as_problem() for c in node_changes.clashes]
+        return ReconcileOutcome(changed=not node_changes.empty, writes=0, applied=tuple(readable(node_changes.changes)),
                                 problems=tuple(problems), node_uid=live.uid, resource_version=live.resource_version,
                                 desired=desired)
 
-    # -- the loop: read, plan, write, until the plan is empty --------------------------------
-    def _run(self, plan: PlanFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
+    # -- the loop: read, diff, write, until no change is left ---------------------------------
+    def _run(self, desired_state: DesiredStateFunction, live_node: Mapping[str, Any] | None, *, cleaning: bool
              ) -> tuple[ReconcileOutcome, LiveNode | None]:
         run = _Pass(cleaning)
         try:
@@ -209,20 +210,20 @@ class Reconciler:
         while True:
             live = LiveNode.from_dict(node)
             self._notice_uid(live)
-            node_plan = self._next_plan(plan, live, run)
-            if isinstance(node_plan, ReconcileOutcome):
-                return node_plan, live
-            if node_plan.empty:
+            node_changes = self._next_changes(desired_state, live, run)
+            if isinstance(node_changes, ReconcileOutcome):
+                return node_changes, live
+            if node_changes.empty:
                 return self._converged(live, run), live
             if run.writes >= self.max_writes:
                 return self._result(live, run, f"node {self.node_name} did not settle after {run.writes} writes"), live
-            answer = self._send(node_plan, node, live, run)
+            answer = self._send(node_changes, node, live, run)
             if isinstance(answer, ReconcileOutcome):
                 return answer, live
             node = answer
 
     def _first(self, live_node: Mapping[str, Any] | Any | None) -> dict[str, Any]:
-        """The Node to plan on first: the one handed in (the watch's) when it is this Node
+        """The Node to diff first: the one handed in (the watch's) when it is this Node
         (``node_answer_problem``), else a GET."""
         if live_node is not None:
             node = node_as_dict(live_node)
@@ -237,35 +238,35 @@ class Reconciler:
         return call_with_retries(lambda: self.api.get_node(self.node_name), self.backoff, self._sleep,
                                  max_attempts=self.max_attempts, describe=f"GET node {self.node_name}")
 
-    def _next_plan(self, plan: PlanFunction, live: LiveNode, run: _Pass) -> NodePlan | ReconcileOutcome:
+    def _next_changes(self, desired_state: DesiredStateFunction, live: LiveNode, run: _Pass) -> NodeChanges | ReconcileOutcome:
         """The writes still needed on ``live`` (the startup taints' removal once nothing else is)."""
         try:
-            run.desired = self._desired(plan, live)
-        except Exception as exc:  # a planning bug must not kill the agent: report it
-            log.exception("planning the desired state failed for node %s", self.node_name)
-            return self._result(live, run, f"planning failed: {exc}")
+            run.desired = self._desired(desired_state, live)
+        except Exception as exc:  # a bug in the rules must not kill the agent: report it
+            log.exception("computing the desired state failed for node %s", self.node_name)
+            return self._result(live, run, f"computing the desired state failed: {exc}")
         self._contests.observe(live, run.desired)
         ownership = self._ownership(live, run.desired, run.problems, announce=True)
-        node_plan = self._plan_changes(live, run, ownership)
-        reverts = [] if run.cleaning else self._contests.reverts(node_plan.changes)
+        node_changes = self._diff(live, run, ownership)
+        reverts = [] if run.cleaning else self._contests.reverts(node_changes.changes)
         self.notices.reverts(live.uid, reverts)
         if any(r.given_up or r.delay > 0 for r in reverts):
-            node_plan = self._plan_changes(live, run, ownership)  # without the rewrites that wait
-        if node_plan.empty and self._startup_taints_due(live, run):
+            node_changes = self._diff(live, run, ownership)  # without the rewrites that wait
+        if node_changes.empty and self._startup_taints_due(live, run):
             run.remove_startup = True
-            node_plan = self._plan_changes(live, run, ownership)
-        if not node_plan.empty and self._over_annotation_budget(live, node_plan, run):
+            node_changes = self._diff(live, run, ownership)
+        if not node_changes.empty and self._over_annotation_budget(live, node_changes, run):
             return self._result(live, run, None)
-        self._report(live, node_plan, run)
+        self._report(live, node_changes, run)
         for problem in self._refused.problems():
             run.note(problem)
-        return node_plan
+        return node_changes
 
-    def _over_annotation_budget(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> bool:
+    def _over_annotation_budget(self, live: LiveNode, node_changes: NodeChanges, run: _Pass) -> bool:
         """A write that would take the Node's annotations (the ownership record among them) past
         the API server's budget is not sent: the Node stays as it is, the problem is in the
-        outcome every pass and in one Warning Event until the plan fits again."""
-        size = annotations_after(live, node_plan)
+        outcome every pass and in one Warning Event until the changes fit again."""
+        size = annotations_after(live, node_changes)
         if size <= ANNOTATIONS_TOTAL_MAX:
             self._annotations_over = False
             return False
@@ -279,10 +280,10 @@ class Reconciler:
             self.events.record(live.uid, ev.REASON_ANNOTATIONS_OVER_BUDGET, text, warning=True)
         return True
 
-    def _plan_changes(self, live: LiveNode, run: _Pass, ownership: Ownership) -> NodePlan:
+    def _diff(self, live: LiveNode, run: _Pass, ownership: Ownership) -> NodeChanges:
         assert run.desired is not None
         removal = self.startup_taints if run.remove_startup else frozenset()
-        return plan_node_changes(live, run.desired, skip=self._skip(run.desired), remove_foreign_taints=removal,
+        return diff_node(live, run.desired, skip=self._skip(run.desired), remove_foreign_taints=removal,
                                  ownership=ownership)
 
     def _startup_taints_due(self, live: LiveNode, run: _Pass) -> bool:
@@ -298,13 +299,13 @@ class Reconciler:
             self.events.flush(live.uid)
         return self._result(live, run, None)
 
-    def _send(self, node_plan: NodePlan, node: dict[str, Any], live: LiveNode, run: _Pass
+    def _send(self, node_changes: NodeChanges, node: dict[str, Any], live: LiveNode, run: _Pass
               ) -> dict[str, Any] | ReconcileOutcome:
-        """One write of ``node_plan``; the Node to plan on next, or how the pass ends."""
+        """One write of ``node_changes``; the Node to diff next, or how the pass ends."""
         assert run.desired is not None
-        use_status = bool(node_plan.status_ops) and (node_plan.status_first or not node_plan.metadata_patch)
+        use_status = bool(node_changes.status_ops) and (node_changes.status_first or not node_changes.metadata_patch)
         try:
-            answer = self._write(node_plan, use_status)
+            answer = self._write(node_changes, use_status)
         except Conflict as err:
             run.conflicts += 1
             log.info("node %s changed under us (%s); re-reading", self.node_name, err.message)
@@ -312,8 +313,8 @@ class Reconciler:
                 return self._failure(err, run, live)
             return self._reread(run, live)
         except Invalid as err:
-            if self._blame(err, node_plan, use_status, run.desired):
-                return node  # the refused request changed nothing: plan again without those items
+            if self._blame(err, node_changes, use_status, run.desired):
+                return node  # the refused request changed nothing: diff again without those items
             run.stale_rereads += 1
             if run.stale_rereads > 1:
                 return self._failure(err, run, live)
@@ -321,16 +322,16 @@ class Reconciler:
         except NodeApiError as err:
             return self._failure(err, run, live)
         run.writes += 1
-        changes = node_plan.status_changes if use_status else node_plan.metadata_changes
+        changes = node_changes.status_changes if use_status else node_changes.metadata_changes
         self._contests.written(changes)
         run.applied.extend(self.notices.written(live.uid, changes, status=use_status, cleaning=run.cleaning))
         return answer
 
-    def _write(self, node_plan: NodePlan, use_status: bool) -> dict[str, Any]:
+    def _write(self, node_changes: NodeChanges, use_status: bool) -> dict[str, Any]:
         def call() -> dict[str, Any]:
             if use_status:
-                return self.api.patch_status(self.node_name, node_plan.status_ops)
-            return self.api.patch_metadata(self.node_name, node_plan.metadata_patch or {})
+                return self.api.patch_status(self.node_name, node_changes.status_ops)
+            return self.api.patch_metadata(self.node_name, node_changes.metadata_patch or {})
 
         return call_with_retries(call, self.backoff, self._sleep, max_attempts=self.max_attempts,
                                  describe=f"PATCH node {self.node_name}{'/status' if use_status else ''}")
@@ -355,7 +356,7 @@ class Reconciler:
             return
         if outcome.writes == 0 or live is None or outcome.desired is None:
             return  # nothing written this time: the Node is as the last pass left it
-        remaining = plan_node_changes(live, outcome.desired, skip=self._skip(outcome.desired),
+        remaining = diff_node(live, outcome.desired, skip=self._skip(outcome.desired),
                                       ownership=self._ownership(live, outcome.desired, [], announce=False))
         missing = tuple(c.pending for c in remaining.changes if c.kind != "record") if not remaining.empty else ()
         if missing and not self._partial:
@@ -388,12 +389,12 @@ class Reconciler:
                 self._vouched_taints = checked.ownership.taints
         return checked.ownership
 
-    def _desired(self, plan: PlanFunction, live: LiveNode) -> DesiredNodeState:
+    def _desired(self, desired_state: DesiredStateFunction, live: LiveNode) -> DesiredNodeState:
         owned = parse_ownership(live.annotations).labels
         foreign = {k: v for k, v in live.labels.items() if k not in owned}
-        if self._cached is None or self._cached[0] != foreign or plan is not self._cached_plan:
-            self._cached = (foreign, plan(dict(foreign)))
-            self._cached_plan = plan
+        if self._cached is None or self._cached[0] != foreign or desired_state is not self._cached_function:
+            self._cached = (foreign, desired_state(dict(foreign)))
+            self._cached_function = desired_state
         return self._cached[1]
 
     def _skip(self, desired: DesiredNodeState) -> frozenset[ItemRef]:
@@ -401,22 +402,22 @@ class Reconciler:
         another writer keeps changing back (``contest``)."""
         return self._refused.skip(wanted_items(desired)) | self._contests.skip()
 
-    def _blame(self, err: Invalid, node_plan: NodePlan, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
+    def _blame(self, err: Invalid, node_changes: NodeChanges, use_status: bool, desired: DesiredNodeState) -> set[ItemRef]:
         refs = rejected_items(err.causes, err.message,
-                              metadata_patch=None if use_status else node_plan.metadata_patch,
-                              status_ops=node_plan.status_ops if use_status else (),
+                              metadata_patch=None if use_status else node_changes.metadata_patch,
+                              status_ops=node_changes.status_ops if use_status else (),
                               our_taints=[f"{t.key}:{t.effect}" for t in desired.taints])
         reason = "; ".join(c.message for c in err.causes) or err.message
         refs = self._refused.add(refs, wanted_items(desired), reason)
         self.notices.rejected(self._node_uid, refs, reason, err.message)
         return refs
 
-    def _report(self, live: LiveNode, node_plan: NodePlan, run: _Pass) -> None:
+    def _report(self, live: LiveNode, node_changes: NodeChanges, run: _Pass) -> None:
         """Clashes and refusals: into the outcome every time, into the log/Events once."""
-        for clash in node_plan.clashes:
+        for clash in node_changes.clashes:
             run.note(clash.as_problem())
-        self.notices.clashes(live.uid, node_plan.clashes)
-        for problem in node_plan.refused:
+        self.notices.clashes(live.uid, node_changes.clashes)
+        for problem in node_changes.refused:
             if problem not in run.problems:
                 run.problems.append(problem)
                 self.notices.not_sent(problem)

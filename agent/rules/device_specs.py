@@ -17,7 +17,13 @@ from agent.device_claims import DeviceDeclaration, MountSpec, NodeSpec, NotReady
 from agent.rules.model import COUNT_REFERENCE, OutputItem
 from agent.rules.yaml_lines import LineList, LineMap
 
-FIELDS = {"deviceNodes", "permissions", "env", "mounts", "notReady"}
+FIELDS = {"deviceNodes", "permissions", "env", "mounts", "notReady", "shares"}
+KINDS = ("class", "path", "glob")
+MODIFIERS = {"containerPath", "optional", "group"}
+MAX_SHARES = 1000
+"""Largest sharing count: kubelet lists every replica ID in its checkpoint and in each
+ListAndWatch update (generic-device-plugin's docs suggest counts up to 1000 for /dev/fuse)."""
+_GLOB_CHARS = set("*?[")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CLASS_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 
@@ -44,19 +50,82 @@ def _absolute(value: Any, what: str, line: int) -> str:
 def _node(item: Any, line: int) -> NodeSpec:
     if item == "usb":
         return NodeSpec("usb")
-    if isinstance(item, LineMap) and len(item) == 1:
-        (kind, value), = item.items()
-        if kind == "class":
-            name = _text(value, "deviceNodes class", line)
-            if not _CLASS_NAME.fullmatch(name) or set(name) == {"."}:
-                raise DeviceSpecError(f"deviceNodes class {name!r} is not a sysfs class name", line)
-            return NodeSpec("class", name)
-        if kind == "path":
-            path = _absolute(value, "deviceNodes path", line)
-            if not path.startswith("/dev/"):
-                raise DeviceSpecError(f"deviceNodes path {path!r} must be under /dev/", line)
-            return NodeSpec("path", path)
-    raise DeviceSpecError("a deviceNodes entry is 'usb', {class: <sysfs class>} or {path: /dev/...}", line)
+    kinds = [k for k in KINDS if isinstance(item, LineMap) and k in item]
+    if not isinstance(item, LineMap) or len(kinds) != 1 or set(item) - {kinds[0]} - MODIFIERS:
+        raise DeviceSpecError("a deviceNodes entry is 'usb', {class: <sysfs class>}, {path: /dev/...} or "
+                              "{glob: /dev/...}, with optional containerPath, optional (path, glob) and "
+                              "group (glob)", line)
+    kind = kinds[0]
+    container = _absolute(item["containerPath"], "deviceNodes containerPath", line) if "containerPath" in item else ""
+    if container and not container.startswith("/dev/"):
+        raise DeviceSpecError(f"deviceNodes containerPath {container!r} must be under /dev/", line)
+    optional, group = _flag(item, "optional", line), _flag(item, "group", line)
+    if kind == "class":
+        return _class_node(_text(item[kind], "deviceNodes class", line), container, optional or group, line)
+    return _dev_node(kind, _absolute(item[kind], f"deviceNodes {kind}", line), container, optional, group, line)
+
+
+def _class_node(name: str, container: str, modified: bool, line: int) -> NodeSpec:
+    if not _CLASS_NAME.fullmatch(name) or set(name) == {"."}:
+        raise DeviceSpecError(f"deviceNodes class {name!r} is not a sysfs class name", line)
+    if modified:
+        raise DeviceSpecError("deviceNodes class takes containerPath only (optional and group are for "
+                              "path and glob)", line)
+    return NodeSpec("class", name, container)
+
+
+def _dev_node(kind: str, path: str, container: str, optional: bool, group: bool, line: int) -> NodeSpec:
+    """A ``path`` or ``glob`` entry: under /dev, a path without wildcards, a glob with them."""
+    if not path.startswith("/dev/"):
+        raise DeviceSpecError(f"deviceNodes {kind} {path!r} must be under /dev/ (nothing else is handed to a "
+                              "container)", line)
+    if kind == "path":
+        if _GLOB_CHARS & set(path):
+            raise DeviceSpecError(f"deviceNodes path {path!r} has wildcards; use glob", line)
+        if group:
+            raise DeviceSpecError("deviceNodes path is one node; group is for glob", line)
+        return NodeSpec("path", path, container, optional)
+    problem = glob_problem(path)
+    if problem:
+        raise DeviceSpecError(f"deviceNodes glob {path!r}: {problem}", line)
+    if group and container:
+        raise DeviceSpecError("deviceNodes glob with group: every match keeps its own name, so containerPath "
+                              "cannot be given", line)
+    return NodeSpec("glob", path, container, optional, group)
+
+
+def glob_problem(pattern: str) -> str:
+    """Why ``pattern`` is no glob the resolver takes ("" if it is one): wildcards (``*``, ``?``,
+    ``[...]``) only in the last component, brackets closed and not empty, at least one wildcard."""
+    directory, last = posixpath.split(pattern)
+    if _GLOB_CHARS & set(directory) or "]" in directory:
+        return "wildcards are allowed in the last path component only"
+    if not _GLOB_CHARS & set(last):
+        return "no wildcard; use path"
+    depth, body = 0, 0
+    for char in last:
+        if char == "[":
+            if depth:
+                return "'[' inside a bracket expression"
+            depth, body = 1, 0
+        elif char == "]" and depth:
+            if not body:
+                return "an empty bracket expression '[]'"
+            depth = 0
+        elif char == "]":
+            return "']' without '['"
+        elif depth:
+            body += 1
+    if depth:
+        return "a '[' that is never closed"
+    return ""
+
+
+def _flag(item: LineMap, key: str, line: int) -> bool:
+    value = item.get(key, False)
+    if not isinstance(value, bool):
+        raise DeviceSpecError(f"deviceNodes {key} must be true or false", line)
+    return value
 
 
 def _mount(item: Any, line: int) -> MountSpec:
@@ -88,7 +157,7 @@ def _list(spec: LineMap, key: str) -> LineList:
 
 
 def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, ...]) -> tuple[DeviceDeclaration, ...]:
-    """``devices: {<resource>: {deviceNodes, permissions, env, mounts, notReady}}``."""
+    """``devices: {<resource>: {deviceNodes, shares, permissions, env, mounts, notReady}}``."""
     if spec is None:
         return ()
     if not isinstance(spec, LineMap):
@@ -111,6 +180,7 @@ def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, 
         if unknown:
             raise DeviceSpecError(f"devices {resource!r}: unknown field(s) {sorted(unknown)}", body.line)
         nodes = _device_nodes(resource, body)
+        shares = _shares(resource, body)
         permissions = _permissions(resource, body)
         env = _env(resource, body)
         mounts_raw, ready_raw = _list(body, "mounts"), _list(body, "notReady")
@@ -118,7 +188,7 @@ def parse_devices(spec: Any, line: int, path: str, resources: tuple[OutputItem, 
             resource, nodes, permissions, env,
             tuple(_mount(m, mounts_raw.line_of(i)) for i, m in enumerate(mounts_raw)),
             tuple(_not_ready(n, ready_raw.line_of(i)) for i, n in enumerate(ready_raw)),
-            f"{path}:{at}"))
+            f"{path}:{at}", shares))
     return tuple(out)
 
 
@@ -126,7 +196,21 @@ def _device_nodes(resource: object, body: LineMap) -> tuple[NodeSpec, ...]:
     nodes_raw = _list(body, "deviceNodes")
     if not nodes_raw:
         raise DeviceSpecError(f"devices {resource!r}: deviceNodes is required", body.line)
-    return tuple(_node(item, nodes_raw.line_of(i)) for i, item in enumerate(nodes_raw))
+    nodes = tuple(_node(item, nodes_raw.line_of(i)) for i, item in enumerate(nodes_raw))
+    if any(n.per_instance for n in nodes) and any(n.per_match for n in nodes):
+        raise DeviceSpecError(f"devices {resource!r}: a glob without group makes a device of each match, usb and "
+                              "class a device of each matched instance; one declaration takes one of the two",
+                              nodes_raw.line_of(next(i for i, n in enumerate(nodes) if n.per_match)))
+    return nodes
+
+
+def _shares(resource: object, body: LineMap) -> int:
+    """How many containers may hold one device at once: an integer 1..MAX_SHARES (default 1)."""
+    value = body.get("shares", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARES:
+        raise DeviceSpecError(f"devices {resource!r}: shares {value!r} must be a whole number from 1 to "
+                              f"{MAX_SHARES}", body.line_of("shares"))
+    return value
 
 
 def _permissions(resource: object, body: LineMap) -> str:

@@ -1,4 +1,4 @@
-"""Explain a label, extended resource, annotation or taint key from a ``Plan`` (pure text).
+"""Explain a label, extended resource, annotation or taint key from a ``Derivation`` (pure text).
 
 For a produced item: which rule or label file wrote it (file:line), which expression
 matched, which feature instance and which host file supplied the value, and any other
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.desired import Provenance
+from agent.rules.desired_state import Derivation
 from agent.rules.evaluate import RuleResult
 from agent.rules.model import RuleOptions
 from agent.rules.namespaces import autoprefix
-from agent.rules.planner import Plan
 
 
 @dataclass(frozen=True)
@@ -63,18 +63,18 @@ def _mentions(text: str, target: str) -> bool:
     return target in text or bool(prefix and prefix in text and name.split(".")[0] in text)
 
 
-def _candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
+def _candidates(derivation: Derivation, target: str, options: RuleOptions) -> list[str]:
     """The rules and label files that produce ``target`` or could, and the refusals that name it."""
-    lines = _rule_candidates(plan, target, options) + _label_file_candidates(plan, target)
-    for problem in plan.state.problems:
+    lines = _rule_candidates(derivation, target, options) + _label_file_candidates(derivation, target)
+    for problem in derivation.state.problems:
         if target in problem.item:
             lines.append(f"  refused: {problem}")
     return lines
 
 
-def _rule_candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]:
+def _rule_candidates(derivation: Derivation, target: str, options: RuleOptions) -> list[str]:
     lines = []
-    for result in plan.evaluation.rules:
+    for result in derivation.evaluation.rules:
         rule = result.rule
         kind = _rule_keys(result, options).get(target)
         templated = rule.labels_template is not None and not result.matched and _mentions(rule.labels_template.text, target)
@@ -87,9 +87,9 @@ def _rule_candidates(plan: Plan, target: str, options: RuleOptions) -> list[str]
     return lines
 
 
-def _label_file_candidates(plan: Plan, target: str) -> list[str]:
+def _label_file_candidates(derivation: Derivation, target: str) -> list[str]:
     lines = []
-    for file_result in plan.label_files:
+    for file_result in derivation.label_files:
         if file_result.label_file.key != target:
             continue
         lf = file_result.label_file
@@ -101,11 +101,11 @@ def _label_file_candidates(plan: Plan, target: str) -> list[str]:
     return lines
 
 
-def explain(plan: Plan, target: str, options: RuleOptions | None = None, hidden: str | None = None) -> Explanation:
+def explain(derivation: Derivation, target: str, options: RuleOptions | None = None, hidden: str | None = None) -> Explanation:
     """``hidden``: why discovery found the raw label ``target`` stands for but its label filter
     hides it (a source setting), for a label nothing else produces."""
     options = options or RuleOptions()
-    state = plan.state
+    state = derivation.state
     key = target
     kind = None
     value = None
@@ -121,12 +121,12 @@ def explain(plan: Plan, target: str, options: RuleOptions | None = None, hidden:
             kind, value, key = "taint", taint.to_string(), f"taint:{taint.key}:{taint.effect}"
     if kind is not None:
         lines = [f"{target}: {kind} = {value}"] + _provenance_lines(state.provenance[key])
-        others = [line for line in _candidates(plan, target, options) if "refused" not in line]
+        others = [line for line in _candidates(derivation, target, options) if "refused" not in line]
         if len(others) > 1:
             lines.append("  all producers:")
             lines += ["  " + line for line in others]
         return Explanation(target, True, True, tuple(lines))
-    candidates = _candidates(plan, target, options)
+    candidates = _candidates(derivation, target, options)
     if hidden:
         return Explanation(target, False, True, (f"{target}: not produced: discovered, and hidden by {hidden}", *candidates))
     if not candidates:

@@ -56,33 +56,47 @@ def _number(text: str, value_type: str) -> tuple[int, ...]:
 
 
 def check_expression(expr: Expression) -> list[str]:
-    """Why ``expr`` is malformed (empty list = fine); checked once, at load."""
+    """Why ``expr`` is malformed (empty list = fine); checked once, at load. The first problem
+    found, in this order: the operator, its number of values, ``type: version`` with it, the
+    values themselves."""
     if expr.op not in OPERATORS:
         return [f"unknown op {expr.op!r} (one of {', '.join(OPERATORS)})"]
-    count = len(expr.values)
-    if expr.op in NO_VALUES and count:
-        return [f"op {expr.op} takes no values, got {count}"]
-    if expr.op in SOME_VALUES and not count:
-        return [f"op {expr.op} needs at least one value"]
-    if expr.op in ONE_VALUE and count != 1:
-        return [f"op {expr.op} needs exactly one value, got {count}"]
-    if expr.op in TWO_VALUES and count != 2:
-        return [f"op {expr.op} needs exactly two values, got {count}"]
-    if expr.value_type == "version" and expr.op not in ONE_VALUE + TWO_VALUES:
-        return [f"type: version is only allowed with Gt, Ge, Lt, Le, GtLt, GeLe (not {expr.op})"]
+    problem = _count_problem(expr.op, len(expr.values))
+    if problem is None and expr.value_type == "version" and expr.op not in ONE_VALUE + TWO_VALUES:
+        problem = f"type: version is only allowed with Gt, Ge, Lt, Le, GtLt, GeLe (not {expr.op})"
+    problem = problem or _values_problem(expr)
+    return [problem] if problem else []
+
+
+def _count_problem(op: str, count: int) -> str | None:
+    """Why ``count`` values do not suit ``op``, or None."""
+    if op in NO_VALUES and count:
+        return f"op {op} takes no values, got {count}"
+    if op in SOME_VALUES and not count:
+        return f"op {op} needs at least one value"
+    if op in ONE_VALUE and count != 1:
+        return f"op {op} needs exactly one value, got {count}"
+    if op in TWO_VALUES and count != 2:
+        return f"op {op} needs exactly two values, got {count}"
+    return None
+
+
+def _values_problem(expr: Expression) -> str | None:
+    """Why the values of ``expr`` (their number already right) are not what its operator reads:
+    integers or versions, ordered for a range; patterns RE2 compiles. None when they are."""
     try:
         if expr.op in ONE_VALUE + TWO_VALUES:
             bounds = [_number(v, expr.value_type) for v in expr.values]
             if expr.op in TWO_VALUES and not bounds[0] < bounds[1]:
-                return [f"op {expr.op} needs value[0] < value[1], got {list(expr.values)}"]
+                return f"op {expr.op} needs value[0] < value[1], got {list(expr.values)}"
         if expr.op == "InRegexp":
             for pattern in expr.values:
                 compile_go(pattern)
     except RuleEvaluationError as exc:
-        return [f"op {expr.op}: {exc}"]
+        return f"op {expr.op}: {exc}"
     except FunctionError as exc:
-        return [f"op InRegexp: {exc}"]
-    return []
+        return f"op InRegexp: {exc}"
+    return None
 
 
 def _compare(op: str, value: str, expr: Expression) -> bool:

@@ -14,6 +14,7 @@ flags or attributes fails every term.  ``matchName`` matches element names.  Pur
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from agent.features import Feature, Instance
@@ -99,18 +100,31 @@ def _flat(name: str, feature: Feature, term: FeatureTerm) -> tuple[bool, list[Ma
         return False, [], ""
     elements: list[MatchedElement] = []
     for expr in term.expressions:
-        in_keys = keys is not None and evaluate(expr, expr.key in keys, None)
-        in_values = values is not None and evaluate(expr, expr.key in values, values.get(expr.key))
-        both_needed = expr.op == "DoesNotExist" and ((keys is not None and not in_keys) or (values is not None and not in_values))
-        if both_needed or not (in_keys or in_values):
+        found = _flat_elements(name, feature, expr, keys, values)
+        if found is None:
             return False, [], _absent_reason(name, feature, expr)
-        origin = feature.origin_of(expr.key)
-        if in_keys:
-            elements.append(MatchedElement(name, expr.key, None, host_path=origin))
-        if in_values and values is not None:
-            elements.append(MatchedElement(name, expr.key, values.get(expr.key, ""), host_path=origin))
+        elements.extend(found)
     elements.sort(key=lambda e: e.name)  # NFD sorts by Name; a flag before the attribute of its name
     return True, elements, ""
+
+
+def _flat_elements(name: str, feature: Feature, expr: Expression, keys: AbstractSet[str] | None,
+                   values: Mapping[str, str] | None) -> list[MatchedElement] | None:
+    """What ``expr`` matches among the flags (``keys``) and the attributes (``values``), a set
+    being None when the feature has none of that kind: the flag, then the attribute; None when
+    it holds in neither (or, for ``DoesNotExist``, not in both)."""
+    in_keys = keys is not None and evaluate(expr, expr.key in keys, None)
+    in_values = values is not None and evaluate(expr, expr.key in values, values.get(expr.key))
+    both_needed = expr.op == "DoesNotExist" and ((keys is not None and not in_keys) or (values is not None and not in_values))
+    if both_needed or not (in_keys or in_values):
+        return None
+    origin = feature.origin_of(expr.key)
+    found: list[MatchedElement] = []
+    if in_keys:
+        found.append(MatchedElement(name, expr.key, None, host_path=origin))
+    if in_values and values is not None:
+        found.append(MatchedElement(name, expr.key, values.get(expr.key, ""), host_path=origin))
+    return found
 
 
 def _instance_fails(instance: Instance, term: FeatureTerm) -> Expression | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from agent.desired import OWNER_DOMAIN, OWNERSHIP_ANNOTATIONS
 from agent.features import NFD_PREFIX
-from agent.k8s_validation import label_namespace
+from agent.k8s_validation import label_namespace, reserved_namespace_problem
 from agent.rules.model import RuleOptions
 
 DEFAULT_NAMESPACE = NFD_PREFIX.rstrip("/")
@@ -79,8 +79,11 @@ def _nfd_only(key: str, what: str) -> str | None:
 
 
 def resource_problem(name: str, options: RuleOptions) -> str | None:
-    """Extended resources: the kubernetes.io rule applies (NFD); the label deny list too."""
-    return namespace_problem(name, options, "extended resource") or _nfd_only(name, "extended resource")
+    """Extended resources: the kubernetes.io rule applies (NFD); the label deny list too; and,
+    as for every item the agent owns on its Node, no Kubernetes-reserved namespace
+    (``reserved_namespace_problem``), which ``extra_label_ns`` does not re-allow."""
+    return (namespace_problem(name, options, "extended resource") or _nfd_only(name, "extended resource")
+            or reserved_namespace_problem(name))
 
 
 def taint_problem(key: str, options: RuleOptions) -> str | None:

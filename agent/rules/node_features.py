@@ -8,7 +8,7 @@ the others, each group sorted by name, then namespace (nfd-master's sort). A lat
 attribute of the same name, appends instances, and overrides a label of the same key.
 Unprefixed label keys get ``feature.node.kubernetes.io/``, a prefixed key in the same object
 winning over the unprefixed one (``addNsToMapKeys``); the labels then go through the same
-namespace policy and validation as discovery's (``planner``). What each object contributed
+namespace policy and validation as discovery's (``desired_state``). What each object contributed
 remembers it (``NodeFeature/<namespace>/<name>``) for ``explain``.
 
 Objects come from other agents and are hostile until checked: a part that is not the CRD's

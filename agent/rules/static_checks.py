@@ -1,8 +1,8 @@
 """Load-time checks of what a rule would write, so ``validate`` catches a bad key before any node.
 
 Static label keys and values, annotation keys, extended resource names and constant
-quantities, and taints go through the same policy and Kubernetes validation the planner
-applies at evaluation time (``planner._Builder``); ``@`` references and template output can
+quantities, and taints go through the same policy and Kubernetes validation the desired state
+is built with at evaluation time (``desired_state._Builder``); ``@`` references and template output can
 only be checked when evaluated.
 """
 
@@ -13,7 +13,7 @@ from agent.rules.model import COUNT_REFERENCE, Catalogue, RuleOptions
 
 
 def static_problems(catalogue: Catalogue, options: RuleOptions) -> list[Problem]:
-    from agent.rules.planner import _Builder
+    from agent.rules.desired_state import _Builder
 
     builder = _Builder(options)
     for rule in catalogue.rules():

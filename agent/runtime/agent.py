@@ -11,7 +11,7 @@ One pass (``_process``), each step a method:
    kept) and queue a ``rules`` trigger for an accepted one; a ``resync`` reloads too;
 3. rediscover the sources the batch names (hotplug -> the mapped ones; startup, resync ->
    all), keep the rest cached;
-4. reconcile with the ``NodePlanner`` of this discovery and catalogue, on the Node the watch
+4. reconcile with the ``DesiredFromDiscovery`` of this discovery and catalogue, on the Node the watch
    last delivered when it is provably newer than our own last write, else on a fresh GET; on
    an error the pass ends and a retry is scheduled after the Reconciler's ``retry_after``
    (backoff, Retry-After); any event before then starts a fresh pass at once;
@@ -51,6 +51,7 @@ from agent.runtime import queue as q
 from agent.runtime.api_metrics import instrument
 from agent.runtime.cluster_objects import ClusterObjects
 from agent.runtime.config_state import WorkerConfigState
+from agent.runtime.desired_state import DesiredFromDiscovery
 from agent.runtime.device_events import DeviceEvents
 from agent.runtime.device_service import DeviceService
 from agent.runtime.discovery_cache import DiscoveryCache
@@ -61,7 +62,6 @@ from agent.runtime.hotplug import HotplugMonitor, Poller
 from agent.runtime.metrics import AgentMetrics
 from agent.runtime.node_watch import NodeWatcher
 from agent.runtime.parts import Part, Parts
-from agent.runtime.planner import NodePlanner
 from agent.runtime.pod_guard import PodGuard
 from agent.runtime.recording_api import RecordingNodeApi
 from agent.runtime.rules_state import RulesState
@@ -127,7 +127,8 @@ class Agent:
                 observe=self.metrics.dra_plugin)
             self.dra.consumers.append(self.dra_plugin.publish)
         elif settings.device_plugin:
-            self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name)
+            self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name,
+                                         warn=self._device_nodes_undetermined)
         self.pod_guard = PodGuard(self.api, settings.node_name, evict=settings.evict_orphans) if settings.pod_guard else None
         self.device_events = DeviceEvents(settings.udev_mode, settings.host_root, settings.poll_interval,
                                           settings.sources, settings.node_name, self.metrics, self._hotplug,
@@ -141,8 +142,8 @@ class Agent:
         self.parts = Parts()
         self.passes = 0
         self.last_outcome: ReconcileOutcome | None = None
-        self._plan_key: tuple[object, ...] | None = None
-        self._plan: NodePlanner | None = None
+        self._desired_fn_key: tuple[object, ...] | None = None
+        self._desired_fn: DesiredFromDiscovery | None = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
         self._retry_at: float | None = None
@@ -263,6 +264,10 @@ class Agent:
                                           "features are kept and nothing it contributed is removed", warning=True)
 
     # -- event inputs (other threads) -----------------------------------------------------
+
+    def _device_nodes_undetermined(self, text: str) -> None:
+        """A device plugin's /dev read stopped at a bound or failed: a Warning Event (the pass's)."""
+        self.reconciler.events.record(self.reconciler.node_uid, REASON_READ_FAILED, text, warning=True)
 
     def _feature_undetermined(self, feature: str, why: str | None) -> None:
         """A feature could not be read (``why``) or reads again (None): metric and a Warning Event."""
@@ -415,23 +420,24 @@ class Agent:
             if q.RESYNC in batch.kinds:
                 self._next_resync = time.monotonic() + self._jittered()
 
-    def _planner(self) -> NodePlanner:
-        """The plan function for this pass, rebuilt only when discovery, rules or the set of
-        undetermined features changed (the Reconciler re-plans for a new one)."""
+    def _desired_function(self) -> DesiredFromDiscovery:
+        """The desired-state function for this pass, rebuilt only when discovery, rules or the set
+        of undetermined features changed (the Reconciler recomputes for a new one)."""
         assert self.discovery.current is not None
         unanswered = self.discovery.unanswered_labels()
         key = (self.discovery.generation, self._rule_generations(), tuple(unanswered.items()))
-        if self._plan is None or key != self._plan_key:
-            plan = NodePlanner.build(self.discovery.current, self.catalogue(), self.settings.rule_options,
-                                     unanswered, handing_over=self.devices is not None or self.dra is not None)
+        if self._desired_fn is None or key != self._desired_fn_key:
+            desired = DesiredFromDiscovery.build(self.discovery.current, self.catalogue(), self.settings.rule_options,
+                                                unanswered, handing_over=self.devices is not None or self.dra is not None)
             if self.cluster is not None:  # this node's NodeFeature objects, as nfd-master merges them
-                features, labels, origins = self.cluster.join(plan.features, plan.raw_labels, plan.label_origins)
+                features, labels, origins = self.cluster.join(desired.features, desired.raw_labels,
+                                                                 desired.label_origins)
                 held = self._cluster_undetermined()
-                plan = dataclasses.replace(plan, features=features, raw_labels=labels, label_origins=origins,
-                                           hold_everything=held)
-            self._plan = plan
-            self._plan_key = key
-        return self._plan
+                desired = dataclasses.replace(desired, features=features, raw_labels=labels, label_origins=origins,
+                                              hold_everything=held)
+            self._desired_fn = desired
+            self._desired_fn_key = key
+        return self._desired_fn
 
     def _live_node(self) -> dict[str, Any] | None:
         """The watched Node when it is at least as new as our last write, else None (GET)."""
@@ -448,9 +454,9 @@ class Agent:
         if batch.kinds == {q.RULES} and not rules_changed:
             return  # nothing to redo; a Warning held for this pass still goes out (``_work``)
         rerun = self._rediscover(batch)
-        plan = self._planner()
-        outcome = self._reconcile(plan)
-        self._publish_devices(outcome, plan)
+        desired = self._desired_function()
+        outcome = self._reconcile(desired)
+        self._publish_devices(outcome, desired)
         self._report(batch, outcome, rerun, started)
         self._follow_up(outcome, rerun, rules_changed)
 
@@ -490,14 +496,14 @@ class Agent:
                 events.events_silent(silent)
         return rerun
 
-    def _reconcile(self, plan: NodePlanner) -> ReconcileOutcome:
-        """Take the Node to ``plan``; on an error schedule the retry (at once when the Node
+    def _reconcile(self, desired: DesiredFromDiscovery) -> ReconcileOutcome:
+        """Take the Node to ``desired``; on an error schedule the retry (at once when the Node
         registered while this pass got its 404: that event came before ``_node_missing``)."""
         deliveries = self._node_deliveries
         # this pass starts from the current state and schedules its own retry; a batch that
         # ended before reconciling (our own echo, an unchanged rules file) keeps the pending one
         self._retry_at = None
-        outcome = self.reconciler.reconcile(plan, live_node=self._live_node())
+        outcome = self.reconciler.reconcile(desired, live_node=self._live_node())
         self._node_missing = outcome.node_missing
         self.metrics.partially_applied.set(1 if outcome.partial else 0)
         if outcome.error and outcome.node_missing and self._node_deliveries != deliveries:
@@ -508,13 +514,12 @@ class Agent:
             self._schedule_retry(outcome.rewrite_in)
         return outcome
 
-    def _publish_devices(self, outcome: ReconcileOutcome, plan: NodePlanner) -> None:
+    def _publish_devices(self, outcome: ReconcileOutcome, desired: DesiredFromDiscovery) -> None:
         """The device plugins get this pass's devices whatever the API server said."""
-        desired = outcome.desired if outcome.desired is not None else None
         if self.devices is not None:
-            self.devices.publish(desired if desired is not None else plan({}), self.api.last_node)
+            self.devices.publish(outcome.desired if outcome.desired is not None else desired({}), self.api.last_node)
         if self.dra is not None:
-            self.dra.publish(desired if desired is not None else plan({}), self._freshest_node())
+            self.dra.publish(outcome.desired if outcome.desired is not None else desired({}), self._freshest_node())
 
     def _freshest_node(self) -> dict[str, Any] | None:
         """The newer of the Node we last read or wrote and the one the watch last delivered (a

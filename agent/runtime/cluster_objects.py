@@ -1,7 +1,7 @@
 """NFD's objects in the cluster as the agent uses them: NodeFeatureRule rule sets beside the
 rule files, and this node's NodeFeature objects beside discovery (``--rules-from-cluster``).
 
-Two watches (``cluster_watch.CollectionWatch``): every NodeFeatureRule, and the NodeFeature
+Two watches (``cluster_watch.CollectionWatch``, handlers of ``agent.kube.reflector``): every NodeFeatureRule, and the NodeFeature
 objects labelled ``nfd.node.kubernetes.io/node-name=<this node>`` in any namespace. Each
 change moves ``generation`` and calls ``on_change`` (the agent queues a pass, as for a rule
 file edit).
@@ -36,6 +36,7 @@ from typing import Any
 
 from agent.desired import Problem
 from agent.features import Feature
+from agent.kube.reflector import Absent
 from agent.rules.budget import (
     MAX_COLLECTION_BYTES,
     MAX_NODE_FEATURE_OBJECTS,
@@ -55,7 +56,7 @@ from agent.rules.node_features import (
     parse_node_feature,
 )
 from agent.rules.static_checks import static_problems
-from agent.runtime.cluster_watch import Changes, CollectionAbsent, CollectionWatch, Key
+from agent.runtime.cluster_watch import Changes, CollectionWatch, Key
 from agent.runtime.rules_state import problem_key
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class ClusterObjects:
         for watch in self._watches(core):
             try:
                 watch.list_once()
-            except CollectionAbsent as exc:
+            except Absent as exc:
                 if exc.status == 404:
                     self._absent(watch.kind)
                 notes.append(f"{watch.kind} objects not read: HTTP {exc.status}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.desired import DesiredNodeState
@@ -47,7 +47,7 @@ def hand_to_kubelet(state: DesiredNodeState) -> DesiredNodeState:
 
 class DeviceService:
     def __init__(self, host_root: str, socket_dir: str, metrics: AgentMetrics, node_name: str = "",
-                 check_interval: float = 2.0) -> None:
+                 check_interval: float = 2.0, warn: Callable[[str], None] | None = None) -> None:
         from agent.deviceplugin.plugins import DevicePlugins  # grpcio only in this mode
 
         def advertised(state: ResourceDevices) -> None:
@@ -64,6 +64,10 @@ class DeviceService:
         self._waiting: frozenset[str] = frozenset()
         #: resource -> the devices last handed to its plugin (what a held resource keeps)
         self._published: dict[str, ResourceDevices] = {}
+        self.metrics = metrics
+        self._warn = warn or (lambda _text: None)
+        #: resource -> why its /dev read is incomplete, as last said (one Warning per change)
+        self._undetermined: dict[str, str] = {}
 
     def start(self) -> DeviceService:
         self.plugins.start()  # the directory watch: a watchfiles loop, as for the rules
@@ -110,5 +114,31 @@ class DeviceService:
                           extra={"node": self.node_name, "event": "device-plugin-error"})
             return
         resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
-        self._published = dict(resolved)
-        self.plugins.publish(resolved)
+        self._published = self._hold_all_unread(resolved)
+        self.plugins.publish(self._published)
+
+    def _hold_all_unread(self, resolved: Mapping[str, ResourceDevices]) -> dict[str, ResourceDevices]:
+        return {name: self._hold_unread(name, state) for name, state in resolved.items()}
+
+    def _hold_unread(self, name: str, state: ResourceDevices) -> ResourceDevices:
+        """A list that a bound or a failed read left incomplete keeps the devices last published
+        that it did not read (undetermined, not gone); the metric says so while it lasts and a
+        Warning Event each time the reason changes. Refused /dev matches are logged once."""
+        why = state.undetermined
+        self.metrics.device_plugin_undetermined.labels(resource=name).set(1 if why else 0)
+        if why and self._undetermined.get(name) != why:
+            self._warn(f"device plugin {name}: {why}; the devices not read are held as last published "
+                       "(deploy/devices.md, \"Bounds\")")
+        previous = self._published.get(name)
+        if why:
+            self._undetermined[name] = why
+        else:
+            self._undetermined.pop(name, None)
+        for note in state.notes:
+            if previous is None or note not in previous.notes:
+                log.warning("device plugin %s: %s", name, note, extra={"node": self.node_name, "event": "device-refused"})
+        if not why or previous is None:
+            return state
+        present = state.by_id()
+        kept = tuple(d for d in previous.devices if d.id not in present)
+        return dataclasses.replace(state, devices=state.devices + kept) if kept else state

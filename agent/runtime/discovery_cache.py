@@ -8,10 +8,11 @@ again: removal needs positive evidence. Likewise a feature a source could not de
 pass (``SourceResult.undetermined``: one CPU's topology file unreadable) keeps its previous
 answer, listed in ``carried`` until a pass reads it again. One with no earlier answer (the
 agent's first pass, or every pass since has failed to read it) is also in ``unanswered``: the
-plan then keeps the labels it decides as the Node has them (``unanswered_labels``,
+desired state then keeps the labels it decides as the Node has them (``unanswered_labels``,
 ``agent.rules.held``), since the previous agent instance may have put exactly those there. ``generation`` increases on every refresh whose results differ from the
-last ones, so the loop rebuilds its plan function (the Reconciler caches plans per function)
-only then: a resync that finds the same host does not re-plan hundreds of instances.
+last ones, so the loop rebuilds its desired-state function (the Reconciler caches the desired
+state per function) only then: a resync that finds the same host does not recompute it over
+hundreds of instances.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ class DiscoveryCache:
 
     def unanswered_labels(self) -> dict[str, tuple[str, ...]]:
         """"source.feature" -> the raw label keys it decides, for each undetermined feature
-        with no earlier answer (what the plan must keep as the Node has it)."""
+        with no earlier answer (what the desired state must keep as the Node has it)."""
         results = self.current.results if self.current is not None else {}
         out = {}
         for key in sorted(self.unanswered):

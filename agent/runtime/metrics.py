@@ -91,6 +91,11 @@ class AgentMetrics:
             "nfa_dra_plugin_claims_total",
             "Claims kubelet asked the DRA plugin to prepare or unprepare, by operation and result "
             "(prepared, unprepared, error)", ["operation", "result"], registry=r)
+        self.device_plugin_undetermined = Gauge(
+            "nfa_device_plugin_undetermined",
+            "1 while a device plugin resource's /dev patterns could not be read whole (a pattern past its "
+            "match bound, a failed read) and the devices not read are held",
+            ["resource"], registry=r)
         self.watch_ignored = Counter(
             "nfa_watch_ignored_total",
             "Watch and LIST items ignored: undecodable, wrong-kind (not the watched kind), no-uid",

@@ -7,7 +7,7 @@ a NIC or a disk, so those bring ``network`` and ``storage`` along; a driver modu
 after a PCI card appears (apex/gasket for a Coral) changes ``kernel``.
 
 Subsystems outside the map are not subscribed to (pyudev) or are dropped (injection socket),
-so a busy host's ``tty``/``input`` events cost nothing.
+so a busy host's ``input`` events cost nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ SUBSYSTEM_SOURCES: dict[str, tuple[str, ...]] = {
     "memory": ("memory",),
     "nd": ("memory",),
     "platform": ("devicetree",),
+    # the nodes of a USB serial adapter, a webcam or a sound card come and go with their own
+    # events (after the USB device's): a pass re-reads the USB devices and resolves /dev again
+    "tty": ("usb",),
+    "video4linux": ("usb",),
+    "sound": ("usb",),
 }
 """uevent SUBSYSTEM -> discovery sources it can change."""
 
@@ -39,6 +44,9 @@ POLL_LISTINGS: dict[str, tuple[str, ...]] = {
     "net": ("/sys/class/net",),
     "block": ("/sys/block",),
     "platform": ("/proc/device-tree", "/sys/firmware/devicetree/base"),
+    "tty": ("/sys/class/tty",),
+    "video4linux": ("/sys/class/video4linux",),
+    "sound": ("/sys/class/sound",),
 }
 """Cheap directory listings the poller compares, per subsystem (no file contents)."""
 

@@ -17,7 +17,7 @@ def test_preview_moves_served_resources_to_kubelet_and_lists_devices(capsys):
     body = json.loads(plan(capsys, "edge-ai", "--device-plugin", "on"))
     assert "node-feature-agent.io/edgetpu" not in body["extended_resources"]
     assert body["devices"]["node-feature-agent.io/hailo8"] == [
-        {"id": "pci-0000:04:00.0", "health": "Healthy", "nodes": ["/dev/hailo0"]}]
+        {"id": "pci-0000:04:00.0", "health": "Healthy", "nodes": ["/dev/hailo0"], "basis": "its PCI address"}]
     assert [d["nodes"] for d in body["devices"]["node-feature-agent.io/edgetpu"]] == [["/dev/apex_0"],
                                                                                      ["/dev/bus/usb/002/002"]]
     off = json.loads(plan(capsys, "edge-ai"))

@@ -24,7 +24,7 @@ TPU, HAILO = "node-feature-agent.io/edgetpu", "node-feature-agent.io/hailo8"
 def plugin_devices(root):
     host = HostFS(root)
     found = discover(host)
-    state = rules.plan_node(found.features, found.labels, {}, CATALOGUE)
+    state = rules.desired_state(found.features, found.labels, {}, CATALOGUE)
     resolved = resolve_claims(HostFS(root), state.device_claims)
     return state, {name: [(d.id, [n.host_path for n in d.nodes], d.why) for d in r.devices]
                    for name, r in resolved.items()}

@@ -27,7 +27,7 @@ from agent.dra.names import DRIVER
 from agent.hostfs import HostFS
 from agent.reconcile import BackoffSettings
 from agent.reconcile.node_api import NodeApi
-from agent.rules import load_catalogue, plan_node
+from agent.rules import desired_state, load_catalogue
 from agent.runtime.agent import Agent, Settings
 from tests.conftest import LABELS_DIR
 from tests.deviceplugin.kubelet_standin import KubeletStandIn
@@ -112,7 +112,7 @@ def device_plugin_nodes(host_root: str) -> list[tuple[str, str, str]]:
     """The device nodes the device plugin's ``Allocate`` gives for the host's TPU (its own
     kubelet stand-in, the same catalogue resolution): (host path, container path, permissions)."""
     found = discover(HostFS(host_root))
-    state = plan_node(found.features, found.labels, {}, load_catalogue([str(LABELS_DIR)]))
+    state = desired_state(found.features, found.labels, {}, load_catalogue([str(LABELS_DIR)]))
     published = resolve_claims(HostFS(host_root), state.device_claims)
     directory = f"{host_root}-dp"
     os.makedirs(directory)

@@ -153,7 +153,7 @@ def expected_state(host_root: Path, rules_dir: Path, node: Mapping[str, Any]) ->
     labels = (node.get("metadata") or {}).get("labels") or {}
     owned = parse_ownership((node.get("metadata") or {}).get("annotations")).labels
     foreign = {k: v for k, v in labels.items() if k not in owned}
-    return rules.plan_node(found.features, found.labels, foreign, catalogue, None, found.label_origins)
+    return rules.desired_state(found.features, found.labels, foreign, catalogue, None, found.label_origins)
 
 
 def differences(node: Mapping[str, Any], desired: DesiredNodeState) -> list[str]:

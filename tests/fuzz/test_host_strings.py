@@ -59,7 +59,7 @@ def test_a_device_string_never_adds_a_label_the_rule_did_not_write(tmp_path_fact
         for value in [*feature.attributes.values(), *(v for i in feature.instances for v in i.attributes.values())]:
             assert value.isprintable() and "\n" not in value
     catalogue = rules.load_catalogue([str(rules_dir)])
-    plan = rules.plan(found.features, found.labels, {}, catalogue)
+    plan = rules.derive(found.features, found.labels, {}, catalogue)
     produced = {k for k in plan.state.labels if k.startswith("ex.com/")}
     assert produced <= {"ex.com/hub-serial"}, produced
     assert "ex.com/evil" not in plan.state.labels

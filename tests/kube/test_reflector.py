@@ -1,7 +1,8 @@
 """The one reflector (``agent.kube.reflector``) against the in-repo API server, every path:
-paged LIST, WATCH with bookmarks, 410 (in-stream and HTTP), stop, backoff cap, Retry-After,
-streams of junk, HTML, wrong kinds, objects without uid, streams that end at once, and
-absent collections (403/404).
+paged LIST, a LIST page over its byte bound, WATCH with bookmarks, 410 (in-stream and HTTP), a
+handler's relist after its pause, stop, backoff cap, Retry-After, streams of junk, HTML, wrong
+kinds, objects without uid (in a stream and in a LIST), streams that end at once, and absent
+collections (403/404).
 
 Expected behaviour from client-go's ``tools/cache/reflector.go`` (relist on 410, "very short
 watch", ``expectedType`` check: an event of another type is ignored) and the API's watch
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from agent.kube.backoff import BackoffSettings
-from agent.kube.reflector import Reflector, ReflectorSettings
+from agent.kube.reflector import Reflector, ReflectorSettings, Relist
 from tests.runtime.helpers import wait_for
 from tests.support.apiserver import FakeApiServer
 
@@ -307,5 +308,184 @@ def test_a_list_answer_that_is_not_the_kinds_list_is_an_error(server, caplog):
     try:
         wait_for(lambda: len(retry_delays(caplog)) >= 2, what="two retries")
         assert rec.replaced == [] and "not a NodeList" in caplog.text
+    finally:
+        reflector.stop()
+
+
+def rule(name: str, spec_bytes: int = 0) -> dict[str, Any]:
+    return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeatureRule", "metadata": {"name": name},
+            "spec": {"rules": [{"name": "x" * spec_bytes}]}}
+
+
+def lists_of(server: FakeApiServer, path: str = RULES) -> list[Any]:
+    return [r for r in server.requests if r.path == path and "watch" not in r.query]
+
+
+class Pages(Recorder):
+    """A handler that takes each LIST page by page (``PagedHandler``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pages: list[list[str]] = []
+        self.ends: list[bool] = []
+
+    def listing(self) -> Pages:
+        return self
+
+    def page(self, objects: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.pages.append([o["metadata"]["name"] for o in objects])
+
+    def end(self, complete: bool) -> None:
+        with self.lock:
+            self.ends.append(complete)
+
+
+def test_a_page_over_the_byte_bound_is_asked_again_with_fewer_objects_and_read_page_by_page():
+    """16 objects of about 1.3 kB, pages of 16 at most 4,000 bytes: the first page is over the
+    bound, so the same page is asked again for an eighth of the objects (2), and so on; a
+    ``PagedHandler`` gets each page as it is read."""
+    with FakeApiServer(nfd_crds=True, bookmark_interval=300) as server:
+        names = [f"r{i:02}" for i in range(16)]
+        for name in names:
+            server.custom.apply(rule(name, 1000))
+        rec = Pages()
+        settings = ReflectorSettings(page_size=16, max_page_bytes=4000)
+        reflector = Reflector(server.core_api(), RULES, "NodeFeatureRule", rec, name="rules", settings=settings).start()
+        try:
+            opened(server, reflector)
+            lists = lists_of(server)
+            assert [r.query.get("limit") for r in lists] == ["16"] + ["2"] * 8
+            assert [bool(r.query.get("continue")) for r in lists] == [False, False] + [True] * 7
+            assert rec.pages == [names[i:i + 2] for i in range(0, 16, 2)] and rec.ends == [True]
+            assert rec.replaced == []  # page by page: no whole-collection copy
+            assert watches(server, RULES)[0].query["resourceVersion"] == str(server.store.rv)
+        finally:
+            reflector.stop()
+
+
+def test_a_page_of_one_object_over_the_byte_bound_is_not_read_and_what_was_read_is_held():
+    """A page of one object still over the bound ends the LIST incomplete: the handler's
+    collection is not replaced (the objects not read are not gone), and the watch follows from
+    the version of the pages read."""
+    with FakeApiServer(nfd_crds=True, bookmark_interval=300) as server:
+        for name in ("a", "b"):
+            server.custom.apply(rule(name))
+        rec = Recorder()
+        settings = ReflectorSettings(page_size=2, max_page_bytes=4000)
+        reflector = Reflector(server.core_api(), RULES, "NodeFeatureRule", rec, name="rules", settings=settings).start()
+        try:
+            opened(server, reflector)
+            assert [[o["metadata"]["name"] for o in batch] for batch in rec.replaced] == [["a", "b"]]
+            server.custom.apply(rule("c", 5000))  # one object over the page bound
+            server.custom.apply(rule("d"))
+            server.expire_resource_versions()  # LIST again: a, b, then c alone, still over
+            wait_for(lambda: reflector.lists >= 4 and reflector.watches >= 2, what="the LIST and the watch after it")
+            lists = lists_of(server)[1:]
+            assert [r.query.get("limit") for r in lists] == ["2", "2", "1"]
+            assert lists[1].query["continue"] == lists[2].query["continue"]  # the same page, fewer objects
+            assert len(rec.replaced) == 1  # held: a, b, and nothing said of c or d
+            assert reflector.backoff.steps == 0  # not an error: no backoff
+            server.custom.apply({**rule("a"), "spec": {"rules": []}})
+            wait_for(lambda: "a" in rec.names(), what="the watch following from the pages read")
+        finally:
+            reflector.stop()
+
+
+def test_max_page_bytes_needs_paging():
+    with pytest.raises(ValueError, match="page_size"):
+        ReflectorSettings(max_page_bytes=4000)
+
+
+def test_a_handlers_relist_closes_the_stream_pauses_and_lists_again():
+    """``Relist`` from ``event``: the stream is closed before the handler's pause (events
+    meanwhile cost nothing), then one LIST, which has what changed during the pause."""
+
+    class Relister(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.paused = threading.Event()
+            self.resume = threading.Event()
+
+        def pause(self) -> None:
+            self.paused.set()
+            self.resume.wait()
+
+        def event(self, kind: str, obj: dict[str, Any]) -> None:
+            super().event(kind, obj)
+            if obj["metadata"]["name"] == "go":
+                raise Relist(self.pause)
+
+    with FakeApiServer(nfd_crds=True, bookmark_interval=300) as server:
+        server.custom.apply(rule("a"))
+        rec = Relister()
+        reflector = Reflector(server.core_api(), RULES, "NodeFeatureRule", rec, name="rules",
+                              settings=FAST).start()
+        try:
+            opened(server, reflector)
+            server.custom.apply(rule("go"))
+            wait_for(rec.paused.is_set, what="the handler's pause")
+            made: list[str] = []
+
+            def change_seen_closed() -> bool:  # the server sees a closed stream when it writes to it
+                made.append(f"b{len(made)}")
+                server.custom.apply(rule(made[-1]))
+                return server.watches.count() == 0
+
+            wait_for(change_seen_closed, what="the stream closed during the pause")
+            assert len(lists_of(server)) == 1 and reflector.watches == 1  # the changes meanwhile asked nothing
+            rec.resume.set()
+            wait_for(lambda: len(rec.replaced) == 2, what="the LIST after the pause")
+            assert sorted(o["metadata"]["name"] for o in rec.replaced[1]) == sorted(["a", "go", *made])
+            assert reflector.relists == 1 and reflector.backoff.steps == 0
+        finally:
+            rec.resume.set()
+            reflector.stop()
+
+
+def test_list_items_of_another_kind_or_without_uid_are_ignored_and_counted(server):
+    good = server.node("n1")
+    pod = {"kind": "Pod", "metadata": {"name": "n1", "uid": "p"}}
+    no_uid = {"kind": "Node", "metadata": {"name": "n1"}}
+    server.faults.answer({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
+                          "items": [pod, no_uid, "junk", good]}, path=NODES)
+    rec = Recorder()
+    seen: list[tuple[str, str]] = []
+    reflector = node_reflector(server, rec, on_ignored=lambda name, why: seen.append((name, why)))
+    try:
+        opened(server, reflector)
+        assert [[o["metadata"]["uid"] for o in batch] for batch in rec.replaced] == [[good["metadata"]["uid"]]]
+        assert sorted(seen) == [("test-watch", "no-uid"), ("test-watch", "undecodable"), ("test-watch", "wrong-kind")]
+    finally:
+        reflector.stop()
+
+
+def test_the_gate_is_held_while_delivering_and_free_while_waiting_on_the_network(server):
+    """``gate``: every page and event is decoded and handed over under it; an open, quiet watch
+    does not hold it, and what arrives while a reader holds it is delivered once it is free."""
+    gate = threading.Lock()
+    held: list[bool] = []
+
+    class Gated(Recorder):
+        def replace(self, objects: list[dict[str, Any]]) -> None:
+            held.append(gate.locked())
+            super().replace(objects)
+
+        def event(self, kind: str, obj: dict[str, Any]) -> None:
+            held.append(gate.locked())
+            super().event(kind, obj)
+
+    rec = Gated()
+    reflector = node_reflector(server, rec, gate=gate)
+    try:
+        opened(server, reflector)
+        assert gate.acquire(timeout=10)  # the watch is open and quiet: the gate is free
+        try:
+            server.edit_node("n1", lambda n: n["metadata"]["labels"].update(g="1"))
+            assert rec.events == []  # the reader holds the gate: nothing delivered meanwhile
+        finally:
+            gate.release()
+        wait_for(lambda: rec.events, what="the event once the gate is free")
+        assert held == [True, True]
     finally:
         reflector.stop()

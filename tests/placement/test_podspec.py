@@ -70,14 +70,14 @@ def test_the_pod_s_own_architecture_choice(spec: dict[str, Any], choice: set[str
 
 def test_a_pod_without_affinity_gets_one_term_per_clause_and_loses_only_our_gate() -> None:
     old = pod()
-    plan = decide.plan(old, answers("linux/amd64 linux/arm/v7"))
-    new = applied(old, plan.patch or {})
+    decision = decide.decide(old, answers("linux/amd64 linux/arm/v7"))
+    new = applied(old, decision.patch or {})
     terms = new["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert [[e["key"] for e in t["matchExpressions"]] for t in terms] == [
         ["kubernetes.io/os", "kubernetes.io/arch"], ["kubernetes.io/os", "kubernetes.io/arch", ARM32_LABEL]]
     assert new["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
     assert podspec.SELECTOR_LABEL not in new["metadata"]["labels"]
-    assert plan.action == decide.PLACE and plan.reason == "ArchResolved"
+    assert decision.action == decide.PLACE and decision.reason == "ArchResolved"
     assert new["metadata"]["annotations"][podspec.RESOLVED_ANNOTATION] == "linux/amd64, linux/arm (v7+), linux/arm64 (with AArch32)"
 
 
@@ -86,7 +86,7 @@ def test_existing_terms_are_only_appended_to_and_an_empty_term_stays_empty() -> 
                   {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}, {}]
     old = pod({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": user_terms}},
                             "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}})
-    new = applied(old, decide.plan(old, answers("linux/amd64 linux/arm64")).patch or {})
+    new = applied(old, decide.decide(old, answers("linux/amd64 linux/arm64")).patch or {})
     terms = new["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0] == user_terms[0]["matchExpressions"][0]
     assert terms[0]["matchExpressions"][-1] == {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}
@@ -98,16 +98,16 @@ def test_existing_terms_are_only_appended_to_and_an_empty_term_stays_empty() -> 
 def test_when_terms_exist_and_two_clauses_are_needed_the_first_is_kept_and_said() -> None:
     old = pod({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "disk", "operator": "Exists"}]}]}}}})
-    plan = decide.plan(old, answers("linux/amd64 linux/arm/v7"))
-    new = applied(old, plan.patch or {})
+    decision = decide.decide(old, answers("linux/amd64 linux/arm/v7"))
+    new = applied(old, decision.patch or {})
     (term,) = new["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"][-1]["values"] == ["amd64"]
-    assert "can only be narrowed" in plan.message
+    assert "can only be narrowed" in decision.message
 
 
 def test_taint_mode_adds_one_toleration_per_allowed_architecture() -> None:
     old = pod({"tolerations": [{"key": "dedicated", "operator": "Exists"}]})
-    new = applied(old, decide.plan(old, answers("linux/amd64 linux/arm64"), taint_mode=True).patch or {})
+    new = applied(old, decide.decide(old, answers("linux/amd64 linux/arm64"), taint_mode=True).patch or {})
     assert new["spec"]["tolerations"] == [
         {"key": "dedicated", "operator": "Exists"},
         {"key": podspec.TAINT_KEY, "operator": "Equal", "value": "amd64", "effect": "NoSchedule"},
@@ -115,23 +115,23 @@ def test_taint_mode_adds_one_toleration_per_allowed_architecture() -> None:
 
 
 def test_no_common_platform_keeps_the_gate() -> None:
-    plan = decide.plan(pod(), answers("linux/amd64 linux/arm64", "linux/amd64", "linux/arm64"))
-    assert plan.action == decide.NO_COMMON and plan.patch is None and plan.event_type == "Warning"
+    decision = decide.decide(pod(), answers("linux/amd64 linux/arm64", "linux/amd64", "linux/arm64"))
+    assert decision.action == decide.NO_COMMON and decision.patch is None and decision.event_type == "Warning"
 
 
 def test_the_pod_s_own_choice_is_kept_with_a_warning_when_it_excludes_every_image_platform() -> None:
     old = pod({"nodeSelector": {"kubernetes.io/arch": "s390x"}})
-    plan = decide.plan(old, answers("linux/amd64 linux/arm64"))
-    assert (plan.action, plan.reason, plan.event_type) == (decide.CONFLICT, "ArchConflict", "Warning")
-    new = applied(old, plan.patch or {})
+    decision = decide.decide(old, answers("linux/amd64 linux/arm64"))
+    assert (decision.action, decision.reason, decision.event_type) == (decide.CONFLICT, "ArchConflict", "Warning")
+    new = applied(old, decision.patch or {})
     assert "affinity" not in new["spec"] and new["spec"]["nodeSelector"] == {"kubernetes.io/arch": "s390x"}
-    assert decide.plan(pod({"nodeSelector": {"kubernetes.io/arch": "arm64"}}),
+    assert decide.decide(pod({"nodeSelector": {"kubernetes.io/arch": "arm64"}}),
                        answers("linux/amd64 linux/arm64")).action == decide.RESPECT
 
 
 def test_a_stale_patch_is_refused_by_its_resource_version() -> None:
     old = pod()
-    patch = decide.plan(old, answers("linux/amd64")).patch or {}
+    patch = decide.decide(old, answers("linux/amd64")).patch or {}
     assert patch["metadata"]["resourceVersion"] == "42"
 
 

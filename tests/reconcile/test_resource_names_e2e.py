@@ -25,7 +25,7 @@ manager takes only ``IsExtendedResourceName`` names; ``devices:`` says so at loa
 from __future__ import annotations
 
 from agent.reconcile import NodeApi, Reconciler
-from agent.rules import RuleOptions, plan
+from agent.rules import RuleOptions, derive
 from tests.rules.helpers import attrs, catalogue_from, nfr
 from tests.support.apiserver import FakeApiServer
 
@@ -48,7 +48,7 @@ def test_nfd_resource_names_reach_capacity_and_kubernetes_io_others_are_refused(
     found = " ".join(f"{p.item}: {p.reason}" for p in catalogue.problems)  # refused at load time, by line
     assert "bad.kubernetes.io/malo" in found and "profile.node.kubernetes.io/x" in found
     assert "nons" not in found and "static" not in found
-    state = plan({"fake.attribute": attrs(attr_3="10")}, {}, {}, catalogue, RuleOptions()).state
+    state = derive({"fake.attribute": attrs(attr_3="10")}, {}, {}, catalogue, RuleOptions()).state
     assert state.extended_resources == {"feature.node.kubernetes.io/nons": "123",
                                         "vendor.feature.node.kubernetes.io/static": "123",
                                         "vendor.io/dynamic": "10"}

@@ -39,4 +39,4 @@ def catalogue_from(tmp_path: Path, files: dict[str, str | bytes], options=None):
 
 def plan_for(tmp_path: Path, files: dict[str, str | bytes], features=None, raw=None, node=None, options=None):
     catalogue = catalogue_from(tmp_path, files, options)
-    return catalogue, rules.plan(features or {}, raw or {}, node or {}, catalogue, options)
+    return catalogue, rules.derive(features or {}, raw or {}, node or {}, catalogue, options)

@@ -19,7 +19,7 @@ INTEL = "intel.feature.node.kubernetes.io/"
 
 def plan_fixture(case, node=None, catalogue=CATALOGUE):
     found = discover(HostFS(FIXTURES / case))
-    return rules.plan(found.features, found.labels, node or {}, catalogue, label_origins=found.label_origins)
+    return rules.derive(found.features, found.labels, node or {}, catalogue, label_origins=found.label_origins)
 
 
 def test_shipped_catalogue_is_clean():
@@ -143,13 +143,13 @@ def test_edgetpu_label_file_keeps_device_plugin_setups_working():
 def test_ncs2_without_a_recorded_fixture(usb, key, resource):
     """No fixture records an NCS2; the ids come from OpenVINO's udev rules (README)."""
     features = {"usb.device": instances(usb, dict(usb, sysfs_name="2-1"), origin="/sys/bus/usb/devices")}
-    state = rules.plan_node(features, {}, {}, CATALOGUE)
+    state = rules.desired_state(features, {}, {}, CATALOGUE)
     assert state.labels[key] == "true" and state.extended_resources[resource] == "2"
 
 
 def test_hailo8_without_a_recorded_fixture():
     features = {"pci.device": instances({"vendor": "1e60", "device": "2864", "class": "1200", "address": "0000:02:00.0"})}
-    state = rules.plan_node(features, {}, {}, CATALOGUE)
+    state = rules.desired_state(features, {}, {}, CATALOGUE)
     assert state.labels["accelerators/hailo8"] == "true" and state.extended_resources["node-feature-agent.io/hailo8"] == "1"
 
 

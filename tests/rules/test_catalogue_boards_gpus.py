@@ -27,7 +27,7 @@ def board(compatible: tuple[str, ...], model: str) -> dict:
 
 
 def labels_of(features: dict) -> dict[str, str]:
-    return dict(rules.plan_node(features, {}, {}, CATALOGUE).labels)
+    return dict(rules.desired_state(features, {}, {}, CATALOGUE).labels)
 
 
 @pytest.mark.parametrize("compatible, model", [
@@ -50,7 +50,7 @@ DEVBOARD_TPU = {"address": "0001:01:00.0", "vendor": "1ac1", "device": "089a", "
 ], ids=["mainline", "vendor"])
 def test_dev_board_with_its_pci_tpu_has_one_edge_tpu(compatible, model):
     features = {**board(compatible, model), "pci.device": instances(DEVBOARD_TPU)}
-    state = rules.plan_node(features, {}, {}, CATALOGUE)
+    state = rules.desired_state(features, {}, {}, CATALOGUE)
     assert state.labels["boards/coral-dev-board"] == "true" and state.labels["accelerators/edgetpu"] == "true"
     assert state.extended_resources["node-feature-agent.io/edgetpu"] == "1"
 
@@ -58,7 +58,7 @@ def test_dev_board_with_its_pci_tpu_has_one_edge_tpu(compatible, model):
 def test_device_tree_labels_on_the_node_do_not_make_an_edge_tpu():
     """k8s-dt-node-labeller's labels (or our own devicetree labels) name the board only."""
     node = {"beta.devicetree.org/fsl-imx8mq-phanbell": "1", "beta.devicetree.org/google-imx8mq-phanbell": "1"}
-    state = rules.plan_node({}, {}, node, CATALOGUE)
+    state = rules.desired_state({}, {}, node, CATALOGUE)
     assert "accelerators/edgetpu" not in state.labels
 
 

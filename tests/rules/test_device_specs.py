@@ -72,7 +72,7 @@ def test_claims_hold_each_matched_instance_once(tmp_path):
     features = {"pci.device": instances({"vendor": "abcd", "address": "0000:01:00.0"},
                                         {"vendor": "abcd", "address": "0000:02:00.0"},
                                         {"vendor": "1234", "address": "0000:03:00.0"})}
-    state = rules.plan_node(features, {}, {}, catalogue)
+    state = rules.desired_state(features, {}, {}, catalogue)
     claim = state.device_claims[RES]
     assert state.extended_resources[RES] == "2"
     assert [d.attributes["address"] for d in claim.devices] == ["0000:01:00.0", "0000:02:00.0"]
@@ -83,5 +83,5 @@ def test_no_claim_when_the_resource_is_refused(tmp_path):
     denied = "kubernetes.io/widget"
     text = rule(f"    {denied}:\n              deviceNodes: [usb]", resources=f'{denied}: "@count"')
     catalogue = catalogue_from(tmp_path, {"r.yaml": text})
-    state = rules.plan_node({"pci.device": instances({"vendor": "abcd", "address": "0000:01:00.0"})}, {}, {}, catalogue)
+    state = rules.desired_state({"pci.device": instances({"vendor": "abcd", "address": "0000:01:00.0"})}, {}, {}, catalogue)
     assert state.device_claims == {} and denied not in state.extended_resources

@@ -1,5 +1,6 @@
 """Hypothesis: the label-file and rule-YAML parsers never crash on hostile input, report only
-Problems, and never let an invalid label, resource or taint into a plan."""
+Problems, and never let an invalid label, annotation, resource or taint into a desired state
+(the diff sends it unchecked)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import rules
-from agent.k8s_validation import extended_resource_name_errors, label_value_errors, qualified_name_errors, taint_errors
+from agent.desired import OWNERSHIP_ANNOTATIONS
+from agent.k8s_validation import (
+    annotation_key_errors,
+    extended_resource_name_errors,
+    label_value_errors,
+    qualified_name_errors,
+    reserved_namespace_problem,
+    taint_errors,
+)
 from agent.rules.label_files import parse_label_file
 from agent.rules.nfr_parser import parse_rule_file
 from tests.rules.helpers import flags, instances
@@ -32,7 +41,10 @@ def _assert_plan_is_valid(state):
     for key, value in state.labels.items():
         assert not qualified_name_errors(key) and not label_value_errors(value), (key, value)
     for name, value in state.extended_resources.items():
-        assert not extended_resource_name_errors(name) and value.isdigit()
+        assert not extended_resource_name_errors(name) and not reserved_namespace_problem(name)
+        assert value.isdigit() and value == str(int(value))  # the count exactly as sent
+    for key in state.annotations:
+        assert not annotation_key_errors(key) and key not in OWNERSHIP_ANNOTATIONS
     for taint in state.taints:
         assert not taint_errors(taint.key, taint.value, taint.effect)
 
@@ -45,7 +57,7 @@ def test_label_file_parser_on_arbitrary_bytes(data):
     for dep in label_file.dependencies:
         assert not qualified_name_errors(dep.key)
     assert all(p.origin.startswith("f:") for p in problems)
-    state = rules.plan_node({}, {}, {d.key: d.value or "" for d in label_file.dependencies if d.value is None or not label_value_errors(d.value)},
+    state = rules.desired_state({}, {}, {d.key: d.value or "" for d in label_file.dependencies if d.value is None or not label_value_errors(d.value)},
                             rules.Catalogue(label_files=(label_file,)))
     _assert_plan_is_valid(state)
 
@@ -56,7 +68,7 @@ def test_rule_yaml_parser_and_planner_on_hostile_text(text):
     rule_sets, problems = parse_rule_file("r.yaml", text)
     assert all(p.origin.startswith("r.yaml:") for p in problems)
     catalogue = rules.Catalogue(rule_sets=tuple(rule_sets))
-    _assert_plan_is_valid(rules.plan_node(FEATURES, {}, {}, catalogue))
+    _assert_plan_is_valid(rules.desired_state(FEATURES, {}, {}, catalogue))
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,4 +81,4 @@ def test_loader_on_hostile_trees(tree):
             if not path.is_dir():
                 path.write_bytes(data)
         catalogue = rules.load_catalogue([tmp])
-        _assert_plan_is_valid(rules.plan_node(FEATURES, {}, {}, catalogue))
+        _assert_plan_is_valid(rules.desired_state(FEATURES, {}, {}, catalogue))

@@ -19,7 +19,7 @@ import yaml
 
 from agent.discovery import DiscoveryConfig, discover
 from agent.hostfs import HostFS
-from agent.rules import RuleOptions, load_catalogue, plan
+from agent.rules import RuleOptions, derive, load_catalogue
 from agent.rules.cluster_rules import parse_rule_object, with_cluster_rules
 from tests.conftest import FIXTURES, LABELS_DIR, REPO
 from tests.support.recorded_tools import recorded_tool
@@ -28,7 +28,7 @@ CURRENT = yaml.safe_load((Path(__file__).resolve().parents[1] / "data" / "intel"
 GPU = {"intel.feature.node.kubernetes.io/gpu": "true"}
 SERVER = {**GPU, **{f"intel.feature.node.kubernetes.io/{n}": "true" for n in ("dsa", "iaa", "qat", "sgx")}}
 #: every recorded host with a device Intel's rules name, and what they give it
-HOSTS = {"coral-pcie": GPU, "coral-usb": GPU, "coral-usb-boot": GPU, "edge-ai": GPU, "intel-server": SERVER}
+HOSTS = {"coral-pcie": GPU, "coral-usb": GPU, "coral-usb-boot": GPU, "edge-ai": GPU, "homelab": GPU, "homelab-replugged": GPU, "intel-server": SERVER}
 NPU = "intel.feature.node.kubernetes.io/npu"
 
 
@@ -42,7 +42,7 @@ def intel_labels(host_root: Path, *, with_object: bool) -> dict[str, str]:
         assert [r.origin for r in catalogue.rule_sets if r.name == "intel-dp-devices"] == \
             ["NodeFeatureRule/intel-dp-devices:metadata.name"]
     found = discover(HostFS(str(host_root)), DiscoveryConfig(node_name="n"))
-    state = plan(found.features, found.labels, {}, catalogue, RuleOptions()).state
+    state = derive(found.features, found.labels, {}, catalogue, RuleOptions()).state
     return {k: v for k, v in state.labels.items() if k.startswith("intel.")}
 
 

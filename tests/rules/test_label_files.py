@@ -14,7 +14,7 @@ SEED = ("kkohtaka.org/edgetpu\nfeature.node.kubernetes.io/usb-fe_1a6e_089a.prese
 
 
 def plan(catalogue, raw=None, node=None):
-    return rules.plan({}, raw or {}, node or {}, catalogue)
+    return rules.derive({}, raw or {}, node or {}, catalogue)
 
 
 def test_auto_labeller_directory_works_unchanged(tmp_path):

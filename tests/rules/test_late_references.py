@@ -9,7 +9,7 @@ nfd-master's own namespace merge first (``getAndMergeNodeFeatures``'s sort).
 
 from __future__ import annotations
 
-from agent.rules import RuleOptions, plan
+from agent.rules import RuleOptions, derive
 from agent.rules.node_features import join_node_features, parse_node_feature
 from tests.rules.helpers import attrs, catalogue_from, nfr
 
@@ -18,7 +18,7 @@ FEATURES = {"kernel.version": attrs(origin="/proc/sys/kernel/osrelease", major="
 
 def _plan(tmp_path, files, raw=None, features=FEATURES):
     catalogue = catalogue_from(tmp_path, files)
-    return plan(features, raw or {}, {}, catalogue, RuleOptions()).state
+    return derive(features, raw or {}, {}, catalogue, RuleOptions()).state
 
 
 def test_rule_matched_may_name_the_same_rule_and_a_later_object(tmp_path):
@@ -58,7 +58,7 @@ def test_node_feature_labels_resolve_references(tmp_path):
     assert not problems
     features, labels, origins = join_node_features(FEATURES, {}, {}, [obj])
     catalogue = catalogue_from(tmp_path, {"a.yaml": nfr("- name: t\n  vars: {tier: gold}\n")})
-    state = plan(features, labels, {}, catalogue, RuleOptions(), origins).state
+    state = derive(features, labels, {}, catalogue, RuleOptions(), origins).state
     assert state.labels["feature.node.kubernetes.io/kver"] == "6"
     assert state.labels["example.com/tier"] == "gold"
     assert "example.com/bad" not in state.labels

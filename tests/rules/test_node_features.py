@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from agent.features import Feature, Instance
-from agent.rules import RuleOptions, plan
+from agent.rules import RuleOptions, derive
 from agent.rules.model import Catalogue
 from agent.rules.node_features import join_node_features, parse_node_feature
 
@@ -32,7 +32,7 @@ def labels_for(objects: list[dict[str, Any]], discovered: dict[str, str] | None 
         assert problems == []
         parsed.append(found)
     features, labels, origins = join_node_features({}, discovered or {}, {}, parsed)
-    return dict(plan(features, labels, {}, Catalogue(), options, origins).state.labels)
+    return dict(derive(features, labels, {}, Catalogue(), options, origins).state.labels)
 
 
 def test_nfd_e2e_labels_from_node_feature_objects() -> None:

@@ -127,7 +127,7 @@ def test_events_for_unrelated_subsystems_and_junk_do_not_reconcile(harness):
     harness.start()
     passes = harness.agent.passes
     harness.sender.send(b"\x00\x01garbage")
-    harness.inject("add", "/devices/virtual/tty/tty7", "tty")
+    harness.inject("add", "/devices/virtual/input/input7", "input")
     harness.inject("change", "/devices/virtual/net/lo", "net")  # monitored: one cheap pass, no write
     wait_for(lambda: harness.agent.passes > passes, what="pass for net event")
     writes = len(harness.server.writes(NODE))

@@ -266,7 +266,7 @@ def test_the_watch_keeps_digests_only_and_a_bound_holds_instead_of_dropping() ->
 
     def event(kind: str, name: str, spec: Any) -> None:
         obj = {"metadata": {"name": name, "resourceVersion": "7", "managedFields": [{"big": "x" * 100}]}, "spec": spec}
-        watch._event(json.dumps({"type": kind, "object": obj}).encode())
+        watch.event(kind, obj)  # what the reflector hands its handler, the line checked
 
     event("ADDED", "a", {"rules": []})
     event("ADDED", "b", {"rules": []})
@@ -305,3 +305,38 @@ def test_a_junk_watch_stream_backs_off_and_keeps_the_objects_output(cluster: Any
     server.faults.clear()
     server.custom.delete("NodeFeatureRule", "intel-dp-devices")
     wait_for(lambda: not [k for k in labels_of(server) if k.startswith("intel.")], what="labels removed")
+
+
+def test_objects_of_another_kind_or_without_uid_are_ignored_and_counted() -> None:
+    """The NFD-object watch checks what the reflector checks on every watch (client-go's
+    ``expectedGVK``): in a LIST and in a stream, an object of another kind or without uid is
+    not taken as a NodeFeatureRule, and each is counted under the watch's name (the metric
+    ``nfa_watch_ignored_total{watch,reason}``)."""
+    def rule(name: str, uid: str | None, rv: str) -> dict[str, Any]:
+        metadata = {"name": name, "resourceVersion": rv, **({"uid": uid} if uid else {})}
+        return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeatureRule", "metadata": metadata,
+                "spec": {"rules": []}}
+
+    pod = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "uid": "pod-uid", "resourceVersion": "3"}}
+    delivered: list[tuple[list[str], bool]] = []
+    ignored: list[tuple[str, str]] = []
+    with FakeApiServer(nfd_crds=True) as server:
+        server.faults.answer({"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeatureRuleList",
+                              "metadata": {"resourceVersion": "2"},
+                              "items": [pod, rule("no-uid", None, "2"), rule("listed", "u1", "2")]},
+                             path="/nodefeaturerules")
+        events = [("ADDED", pod), ("ADDED", rule("no-uid-2", None, "4")), ("ADDED", rule("watched", "u2", "5"))]
+        server.faults.stream(b"".join(json.dumps({"type": t, "object": o}).encode() + b"\n" for t, o in events),
+                             path="/nodefeaturerules")
+        core = NodeApi.from_configuration(server.client_configuration()).core
+        watch = cluster_watch.CollectionWatch(
+            core, "nodefeaturerules", "NodeFeatureRule",
+            lambda changes, everything: delivered.append((sorted(k[1] for k in changes), everything)),
+            on_ignored=lambda name, reason: ignored.append((name, reason)), timeout_seconds=30).start()
+        try:
+            wait_for(lambda: len(delivered) == 2, what="the LIST and the watched object")
+            assert delivered == [(["listed"], True), (["watched"], False)]
+            assert sorted(ignored) == [("watch-nodefeaturerules", "no-uid")] * 2 + \
+                [("watch-nodefeaturerules", "wrong-kind")] * 2
+        finally:
+            watch.stop(timeout=5)

@@ -1,9 +1,11 @@
 """Event sources, the monitor thread, the polling fallback and source selection."""
 
 import os
+import shutil
 import socket
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from agent.runtime.event_sources import EventSourceError, SocketSource, open_sou
 from agent.runtime.hotplug import HotplugMonitor, Poller, fingerprints
 from agent.runtime.subsystems import SUBSYSTEM_SOURCES, metric_labels, sources_for
 from agent.runtime.uevent import encode_kernel_uevent
+from tests.conftest import FIXTURES
 from tests.runtime.helpers import CORAL_DEVPATH, CoralHost, wait_for
 
 
@@ -27,7 +30,7 @@ def test_socket_source_parses_filters_and_survives_junk(caplog):
     try:
         sender.send(encode_kernel_uevent("add", CORAL_DEVPATH, "usb", seqnum=1))
         sender.send(b"\xff junk without structure")
-        sender.send(encode_kernel_uevent("add", "/devices/virtual/tty/tty9", "tty"))  # not monitored
+        sender.send(encode_kernel_uevent("add", "/devices/virtual/input/input9", "input"))  # not monitored
         sender.send(b"add@/devices/x\0ACTION=add\0")  # truncated: no SUBSYSTEM
         sender.send(encode_kernel_uevent("bind", CORAL_DEVPATH + "/2-2:1.0", "usb"))
         events = source.receive()
@@ -170,7 +173,8 @@ def test_source_selection():
     assert sources_for("usb") == {"usb", "network", "storage"}
     assert sources_for("usb", ["usb", "cpu"]) == {"usb"}
     assert sources_for("module") == {"kernel"}
-    assert sources_for("tty") == frozenset()
+    assert sources_for("tty") == {"usb"}  # a USB serial adapter's node: the device plugin's /dev
+    assert sources_for("input") == frozenset()
     for sources in SUBSYSTEM_SOURCES.values():
         from agent.sources import SOURCE_NAMES
         assert set(sources) <= set(SOURCE_NAMES)
@@ -220,3 +224,14 @@ def test_a_partial_rescan_never_removes_what_other_sources_found(tmp_path):
     assert not any("18d1" in k for k in cache.current.labels)  # the USB change itself went through
     cache.refresh(sources_for("pci"))
     assert gpu not in cache.current.labels  # a PCI event (or the resync) does rerun pci
+
+
+def test_poller_sees_a_tty_come_and_go_without_its_usb_device_changing(tmp_path):
+    """A serial adapter whose driver (cp210x) is loaded after the device: the USB device list is
+    the same, only /sys/class/tty changes; the poll event reruns usb so /dev is resolved again."""
+    root = Path(shutil.copytree(FIXTURES / "homelab", tmp_path / "host", symlinks=True))
+    poller = Poller(HostFS(str(root)), lambda _e: None, interval=60)
+    assert poller.tick() == []
+    (root / "sys/class/tty/ttyUSB0").unlink()
+    assert poller.tick() == ["tty"]
+    assert sources_for("tty") == {"usb"}

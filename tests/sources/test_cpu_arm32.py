@@ -32,7 +32,7 @@ CATALOGUE = rules.load_catalogue([str(LABELS_DIR)])
 
 def _plan(root) -> dict[str, str]:
     found = discover(HostFS(root))
-    return dict(rules.plan(found.features, found.labels, {}, CATALOGUE).state.labels)
+    return dict(rules.derive(found.features, found.labels, {}, CATALOGUE).state.labels)
 
 
 def _copy(tmp_path, case: str):

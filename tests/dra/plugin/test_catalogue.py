@@ -36,7 +36,7 @@ def catalogue_devices(case: str) -> dict[str, ResourceDevices]:
     """What the agent publishes for a recorded host: discovery, the catalogue, resolution."""
     root = FIXTURES / case
     found = discover(HostFS(root))
-    state = rules.plan_node(found.features, found.labels, {}, CATALOGUE)
+    state = rules.desired_state(found.features, found.labels, {}, CATALOGUE)
     return resolve_claims(HostFS(root), state.device_claims)
 
 
