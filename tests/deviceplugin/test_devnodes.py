@@ -42,7 +42,7 @@ FTDI_BY_ID = "/dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0"
 
 def resolved(root, catalogue=SHIPPED) -> dict[str, ResourceDevices]:
     found = discover(HostFS(root))
-    state = rules.plan_node(found.features, found.labels, {}, catalogue)
+    state = rules.desired_state(found.features, found.labels, {}, catalogue)
     return resolve_claims(HostFS(root), state.device_claims)
 
 
@@ -317,7 +317,7 @@ def test_devices_past_the_bound_are_held_with_a_metric_and_one_warning(tmp_path,
 
     def publish():
         found = discover(HostFS(root))
-        service.publish(rules.plan_node(found.features, found.labels, {}, catalogue_), node)
+        service.publish(rules.desired_state(found.features, found.labels, {}, catalogue_), node)
 
     def held_metric():
         return metrics.device_plugin_undetermined.labels(resource="example.com/pts")._value.get()

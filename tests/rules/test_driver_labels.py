@@ -27,7 +27,7 @@ HOSTS = sorted(p.name for p in FIXTURES.iterdir() if (p / "proc").is_dir())
 @pytest.mark.parametrize("case", HOSTS)
 def test_driver_labels_only_where_the_device_is(case):
     found = discover(HostFS(FIXTURES / case))
-    state = rules.plan_node(found.features, found.labels, {}, CATALOGUE)
+    state = rules.desired_state(found.features, found.labels, {}, CATALOGUE)
     got = {k: v for k, v in state.labels.items() if k in NVIDIA or k in HAILO}
     assert got == EXPECTED.get(case, {})
 
