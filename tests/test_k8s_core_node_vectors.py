@@ -17,8 +17,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from agent import k8s_validation as agent_side
-from agent.desired import Taint
-from agent.reconcile.diff import _valid_taints
+from agent.desired import Provenance
+from agent.rules.desired_state import _Builder
+from agent.rules.model import RuleOptions
 from agent.reconcile.quantity import canonical_count
 from tests.support import validation as server_side
 from tests.support.apiserver import FakeApiServer
@@ -41,10 +42,17 @@ def agent_refusals(node: dict) -> list[str]:
     reasons: list[str] = []
     for key, value in (meta.get("labels") or {}).items():
         reasons += agent_side.qualified_name_errors(key) + agent_side.label_value_errors(value)
-    refused: list = []
-    _valid_taints([Taint(t.get("key", ""), t.get("effect", ""), t.get("value", "")) for t in spec.get("taints") or []],
-                  refused)
-    reasons += [p.reason for p in refused]
+    # Kubernetes' taint rules, as the builder of the desired state applies them (its namespace
+    # policy, stricter than Kubernetes, is not the question here); the builder keeps one taint
+    # per key and effect
+    builder = _Builder(RuleOptions())
+    taints = spec.get("taints") or []
+    for taint in taints:
+        key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
+        reasons += agent_side.taint_errors(key, value, effect)
+        builder.taint(key, value, effect, Provenance("case"))
+    if len(builder.taints) + len(builder.problems) < len(taints):  # it keeps one taint per key and effect
+        reasons.append("a second taint with one key and effect is not sent")
     for section in ("capacity", "allocatable"):
         for name, quantity in (status.get(section) or {}).items():
             if "/" in name:  # an extended resource: the only kind the agent writes
