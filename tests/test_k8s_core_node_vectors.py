@@ -18,9 +18,9 @@ from kubernetes.client.exceptions import ApiException
 
 from agent import k8s_validation as agent_side
 from agent.desired import Provenance
+from agent.reconcile.quantity import canonical_count
 from agent.rules.desired_state import _Builder
 from agent.rules.model import RuleOptions
-from agent.reconcile.quantity import canonical_count
 from tests.support import validation as server_side
 from tests.support.apiserver import FakeApiServer
 from tests.support.store import NotFound
@@ -50,7 +50,8 @@ def agent_refusals(node: dict) -> list[str]:
     for taint in taints:
         key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
         reasons += agent_side.taint_errors(key, value, effect)
-        builder.taint(key, value, effect, Provenance("case"))
+        admitted = key if "/" in key else f"example.com/{key}"  # a namespace the policy admits
+        builder.taint(admitted, value, effect, Provenance("case"))
     if len(builder.taints) + len(builder.problems) < len(taints):  # it keeps one taint per key and effect
         reasons.append("a second taint with one key and effect is not sent")
     for section in ("capacity", "allocatable"):
