@@ -56,3 +56,17 @@ def test_wheel_carries_the_catalogue_and_an_installed_cli_uses_it(tmp_path):
 
     plan = json.loads(out.stdout)
     assert plan["labels"].get("accelerators/edgetpu") == "true"
+
+
+def test_the_run_loop_loads_grpc_only_in_a_serving_mode():
+    """grpcio and the generated kubelet stubs cost ~9 MiB of RSS (bench/memory.py); `run` loads
+    them only when the device plugin or the DRA kubelet plugin is on, so the default DaemonSet
+    stays within its memory target."""
+    import subprocess
+    import sys
+
+    code = ("import sys, agent.commands.run, agent.runtime.agent; "
+            "print(sorted(m for m in sys.modules if m == 'grpc' or m.startswith('agent.dra.api') "
+            "or m == 'agent.dra.plugin' or m.startswith('agent.deviceplugin.v1beta1.api')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded

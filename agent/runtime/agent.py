@@ -37,12 +37,10 @@ import random
 import threading
 import time
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import claim_policy
 from agent.discovery import DiscoveryConfig
-from agent.dra.claims import ApiClaims
-from agent.dra.plugin import KubeletPlugin
 from agent.hostfs import HostFS
 from agent.reconcile import NodeApi, ReconcileOutcome, Reconciler
 from agent.reconcile.events import REASON_READ_FAILED
@@ -71,6 +69,9 @@ from agent.runtime.subsystems import ends_burst, sources_for
 from agent.runtime.uevent import UEvent
 
 __all__ = ["Agent", "Settings", "Stopping"]
+
+if TYPE_CHECKING:
+    from agent.dra.plugin import KubeletPlugin
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class Agent:
         self.dra: DraService | None = None
         self.dra_plugin: KubeletPlugin | None = None
         if settings.dra:  # DRA serves every declared resource: no device plugin beside it
+            from agent.dra.claims import ApiClaims  # grpcio and the generated stubs only in this mode
+            from agent.dra.plugin import KubeletPlugin
+
             self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
                                   taints=settings.dra_device_taints, metrics=self.metrics,
                                   on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
