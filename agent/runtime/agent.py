@@ -120,7 +120,8 @@ class Agent:
         if settings.dra:  # DRA serves every declared resource: no device plugin beside it
             self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
                                   taints=settings.dra_device_taints, metrics=self.metrics,
-                                  on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
+                                  on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text),
+                                  warn=self._device_nodes_undetermined)
             self.dra_plugin = KubeletPlugin(
                 settings.node_name, ApiClaims(self.api.core, settings.dra),
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.dra_registry_dir, cdi_dir=settings.cdi_dir,
@@ -266,7 +267,7 @@ class Agent:
     # -- event inputs (other threads) -----------------------------------------------------
 
     def _device_nodes_undetermined(self, text: str) -> None:
-        """A device plugin's /dev read stopped at a bound or failed: a Warning Event (the pass's)."""
+        """A /dev read (device plugin or DRA) stopped at a bound or failed: a Warning Event (the pass's)."""
         self.reconciler.events.record(self.reconciler.node_uid, REASON_READ_FAILED, text, warning=True)
 
     def _feature_undetermined(self, feature: str, why: str | None) -> None:
