@@ -79,6 +79,7 @@ REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
 REASON_CLUSTER_BOUNDED = "ClusterObjectsBounded"
 REASON_DRA_FAILED = "ResourceSlicesNotWritten"
+REASON_DRA_BOUNDED = "DraPluginReadBounded"
 
 
 class Stopping(Exception):
@@ -125,7 +126,8 @@ class Agent:
             self.dra_plugin = KubeletPlugin(
                 settings.node_name, ApiClaims(self.api.core, settings.dra),
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.dra_registry_dir, cdi_dir=settings.cdi_dir,
-                observe=self.metrics.dra_plugin)
+                observe=self.metrics.dra_plugin,
+                warn=lambda text: self._warn_in_next_pass(REASON_DRA_BOUNDED, text))
             self.dra.consumers.append(self.dra_plugin.publish)
         elif settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name,
