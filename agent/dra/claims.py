@@ -34,6 +34,11 @@ class ClaimUnreadable(Exception):
     """The claim could not be read now; ``str()`` says why."""
 
 
+class ClaimTooLarge(ClaimUnreadable):
+    """The answer passed ``MAX_CLAIM_BYTES`` and was not read further (a bound: the plugin
+    reports it with a metric and a Warning)."""
+
+
 class ClaimSource(Protocol):
     def get(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -67,7 +72,7 @@ class ApiClaims:
 
 def parse_claim(body: bytes, where: str) -> dict[str, Any]:
     if len(body) > MAX_CLAIM_BYTES:
-        raise ClaimUnreadable(f"ResourceClaim {where}: the answer is larger than {MAX_CLAIM_BYTES} bytes")
+        raise ClaimTooLarge(f"ResourceClaim {where}: the answer is larger than {MAX_CLAIM_BYTES} bytes")
     try:
         claim = json.loads(body)
     except ValueError as err:

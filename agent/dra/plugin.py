@@ -63,7 +63,7 @@ from agent.dra.api.v1 import api_pb2 as v1_pb2
 from agent.dra.api.v1 import api_pb2_grpc as v1_grpc
 from agent.dra.api.v1beta1 import api_pb2 as v1beta1_pb2
 from agent.dra.api.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from agent.dra.claims import ClaimGone, ClaimSource, ClaimUnreadable
+from agent.dra.claims import ClaimGone, ClaimSource, ClaimTooLarge, ClaimUnreadable
 from agent.dra.names import DRIVER, device_name
 
 log = logging.getLogger(__name__)
@@ -108,10 +108,11 @@ class Prepared:
         return Prepared(str(data["namespace"]), str(data["name"]), results, data["spec"])  # type: ignore[arg-type]
 
 
-def load_checkpoint(path: str) -> dict[str, Prepared]:
+def load_checkpoint(path: str, bounded: Callable[[str], None] = lambda _text: None) -> dict[str, Prepared]:
     """The prepared claims recorded at ``path`` (none if there is no file). A file that cannot
     be used is renamed aside (``.bad``) and logged: the CDI specs it would have listed are then
-    removed at start, and kubelet prepares those claims again."""
+    removed at start, and kubelet prepares those claims again. One past ``MAX_CHECKPOINT_BYTES``
+    is also told to ``bounded`` (the bound's metric and Warning)."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_CHECKPOINT_BYTES + 1)
@@ -119,6 +120,8 @@ def load_checkpoint(path: str) -> dict[str, Prepared]:
         return {}
     try:
         if len(raw) > MAX_CHECKPOINT_BYTES:
+            bounded(f"DRA checkpoint {path} is larger than {MAX_CHECKPOINT_BYTES} bytes; set aside as {path}.bad, "
+                    "not read: kubelet prepares its claims again")
             raise ValueError(f"larger than {MAX_CHECKPOINT_BYTES} bytes")
         data = json.loads(raw)
         return {str(uid): Prepared.from_dict(entry) for uid, entry in data["claims"].items()}
@@ -154,7 +157,7 @@ class KubeletPlugin:
 
     def __init__(self, node_name: str, claims: ClaimSource, *, plugin_dir: str = PLUGIN_DIR,
                  registry_dir: str = REGISTRY_DIR, cdi_dir: str = CDI_DIR, check_interval: float = 2.0,
-                 observe: Observer | None = None) -> None:
+                 observe: Observer | None = None, warn: Callable[[str], None] | None = None) -> None:
         self.node_name = node_name
         self.claims = claims
         self.plugin_dir = plugin_dir
@@ -165,6 +168,8 @@ class KubeletPlugin:
         self.registration_path = os.path.join(registry_dir, REGISTRATION_SOCKET)
         self.checkpoint_path = os.path.join(plugin_dir, CHECKPOINT)
         self._observe = observe or (lambda _o, _r: None)
+        #: a read bound passed (a claim answer, the checkpoint): a Warning Event in ``run``
+        self._warn = warn or (lambda _text: None)
         self._lock = threading.Lock()  # guards the devices, the prepared claims and the checkpoint file
         self._devices: dict[str, tuple[ResourceDevices, PluginDevice]] = {}
         self._prepared: dict[str, Prepared] = {}
@@ -197,7 +202,7 @@ class KubeletPlugin:
             remove_stale_staging(directory)
         os.makedirs(self.cdi_dir, mode=0o755, exist_ok=True)  # the container runtime reads it, as /var/run/cdi is
         with self._lock:
-            self._prepared = load_checkpoint(self.checkpoint_path)
+            self._prepared = load_checkpoint(self.checkpoint_path, lambda text: self._bounded("checkpoint", text))
             for uid in cdi.claim_specs(self.cdi_dir) - set(self._prepared):
                 with contextlib.suppress(OSError):
                     cdi.remove_spec(self.cdi_dir, uid)
@@ -276,6 +281,11 @@ class KubeletPlugin:
         """Whether kubelet's last report said the driver is registered."""
         return bool(self.registration_status) and self.registration_status[-1][0]
 
+    def _bounded(self, bound: str, text: str) -> None:
+        """A read bound passed: ``observe("bounded", bound)`` (the metric) and a Warning."""
+        self._observe("bounded", bound)
+        self._warn(text)
+
     # -- NodePrepareResources / NodeUnprepareResources --------------------------------------
     def prepare(self, request: v1_pb2.NodePrepareResourcesRequest) -> v1_pb2.NodePrepareResourcesResponse:
         out = v1_pb2.NodePrepareResourcesResponse()
@@ -307,6 +317,8 @@ class KubeletPlugin:
         except ClaimGone as err:
             raise ClaimError(f"{err}: it was deleted after kubelet asked for it; nothing prepared") from err
         except ClaimUnreadable as err:
+            if isinstance(err, ClaimTooLarge):
+                self._bounded("claim", f"{err}; nothing prepared, kubelet retries")
             raise ClaimError(f"{err}; nothing prepared, kubelet retries") from err
         actual = (claim.get("metadata") or {}).get("uid")
         if actual != uid:

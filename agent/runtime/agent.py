@@ -80,6 +80,7 @@ REASON_CONFIG_INVALID = "ConfigInvalid"
 REASON_SOURCE_DEGRADED = "DiscoverySourceFailed"
 REASON_CLUSTER_BOUNDED = "ClusterObjectsBounded"
 REASON_DRA_FAILED = "ResourceSlicesNotWritten"
+REASON_DRA_BOUNDED = "DraPluginReadBounded"
 
 
 class Stopping(Exception):
@@ -124,11 +125,13 @@ class Agent:
 
             self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
                                   taints=settings.dra_device_taints, metrics=self.metrics,
-                                  on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text))
+                                  on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text),
+                                  warn=self._device_nodes_undetermined)
             self.dra_plugin = KubeletPlugin(
                 settings.node_name, ApiClaims(self.api.core, settings.dra),
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.dra_registry_dir, cdi_dir=settings.cdi_dir,
-                observe=self.metrics.dra_plugin)
+                observe=self.metrics.dra_plugin,
+                warn=lambda text: self._warn_in_next_pass(REASON_DRA_BOUNDED, text))
             self.dra.consumers.append(self.dra_plugin.publish)
         elif settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name,
@@ -270,7 +273,7 @@ class Agent:
     # -- event inputs (other threads) -----------------------------------------------------
 
     def _device_nodes_undetermined(self, text: str) -> None:
-        """A device plugin's /dev read stopped at a bound or failed: a Warning Event (the pass's)."""
+        """A /dev read (device plugin or DRA) stopped at a bound or failed: a Warning Event (the pass's)."""
         self.reconciler.events.record(self.reconciler.node_uid, REASON_READ_FAILED, text, warning=True)
 
     def _feature_undetermined(self, feature: str, why: str | None) -> None:

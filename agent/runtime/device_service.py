@@ -65,9 +65,7 @@ class DeviceService:
         #: resource -> the devices last handed to its plugin (what a held resource keeps)
         self._published: dict[str, ResourceDevices] = {}
         self.metrics = metrics
-        self._warn = warn or (lambda _text: None)
-        #: resource -> why its /dev read is incomplete, as last said (one Warning per change)
-        self._undetermined: dict[str, str] = {}
+        self.unread = UnreadHold("device plugin", metrics, node_name, warn)
 
     def start(self) -> DeviceService:
         self.plugins.start()  # the directory watch: a watchfiles loop, as for the rules
@@ -114,29 +112,44 @@ class DeviceService:
                           extra={"node": self.node_name, "event": "device-plugin-error"})
             return
         resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
-        self._published = self._hold_all_unread(resolved)
+        self._published = self.unread.hold(resolved, self._published)
         self.plugins.publish(self._published)
 
-    def _hold_all_unread(self, resolved: Mapping[str, ResourceDevices]) -> dict[str, ResourceDevices]:
-        return {name: self._hold_unread(name, state) for name, state in resolved.items()}
 
-    def _hold_unread(self, name: str, state: ResourceDevices) -> ResourceDevices:
+class UnreadHold:
+    """The devices a bound or a failed read left unread, held as last published: one rule for
+    the device plugin and DRA (``agent.runtime.dra_service``), so both keep the same devices."""
+
+    def __init__(self, what: str, metrics: AgentMetrics, node_name: str,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.what = what
+        self.metrics = metrics
+        self.node_name = node_name
+        self._warn = warn or (lambda _text: None)
+        #: resource -> why its /dev read is incomplete, as last said (one Warning per change)
+        self._undetermined: dict[str, str] = {}
+
+    def hold(self, resolved: Mapping[str, ResourceDevices],
+             published: Mapping[str, ResourceDevices]) -> dict[str, ResourceDevices]:
+        """``resolved`` with each incomplete list completed from ``published``."""
+        return {name: self._hold_unread(name, state, published.get(name)) for name, state in resolved.items()}
+
+    def _hold_unread(self, name: str, state: ResourceDevices, previous: ResourceDevices | None) -> ResourceDevices:
         """A list that a bound or a failed read left incomplete keeps the devices last published
         that it did not read (undetermined, not gone); the metric says so while it lasts and a
         Warning Event each time the reason changes. Refused /dev matches are logged once."""
         why = state.undetermined
         self.metrics.device_plugin_undetermined.labels(resource=name).set(1 if why else 0)
         if why and self._undetermined.get(name) != why:
-            self._warn(f"device plugin {name}: {why}; the devices not read are held as last published "
+            self._warn(f"{self.what} {name}: {why}; the devices not read are held as last published "
                        "(deploy/devices.md, \"Bounds\")")
-        previous = self._published.get(name)
         if why:
             self._undetermined[name] = why
         else:
             self._undetermined.pop(name, None)
         for note in state.notes:
             if previous is None or note not in previous.notes:
-                log.warning("device plugin %s: %s", name, note, extra={"node": self.node_name, "event": "device-refused"})
+                log.warning("%s %s: %s", self.what, name, note, extra={"node": self.node_name, "event": "device-refused"})
         if not why or previous is None:
             return state
         present = state.by_id()

@@ -10,7 +10,9 @@ read shows it gone: a DeviceClass with ``extendedResourceName`` and a patched co
 name would count the same devices twice on this node. Without a Node read nothing is published.
 
 A resource an undetermined feature decides keeps the devices last published (none before a
-read decides), as its label and count are held (``agent.rules.held``).
+read decides), as its label and count are held (``agent.rules.held``). A /dev read that a bound
+or a failure left incomplete keeps the devices it did not read as last published, with the
+``nfa_device_plugin_undetermined`` metric and a Warning (``agent.runtime.device_service.UnreadHold``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from agent.dra.publisher import SlicePublisher
 from agent.dra.slices import Node
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
+from agent.runtime.device_service import UnreadHold
 from agent.runtime.metrics import AgentMetrics
 
 log = logging.getLogger(__name__)
@@ -32,7 +35,8 @@ log = logging.getLogger(__name__)
 
 class DraService:
     def __init__(self, api_client: Any, host_root: str, node_name: str, version: str, *, taints: bool,
-                 metrics: AgentMetrics, on_problem: Callable[[str], None] = lambda _text: None) -> None:
+                 metrics: AgentMetrics, on_problem: Callable[[str], None] = lambda _text: None,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.api_client = api_client
         self.host = HostFS(host_root)
         self.node_name = node_name
@@ -47,6 +51,7 @@ class DraService:
         self._failing = ""
         self._stopped = False
         self._published: dict[str, ResourceDevices] = {}
+        self.unread = UnreadHold("DRA", metrics, node_name, warn)
 
     def start(self) -> DraService:
         return self
@@ -94,7 +99,7 @@ class DraService:
                           extra={"node": self.node_name, "event": "dra-error"})
             return
         resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
-        self._published = dict(resolved)
-        self._publisher(str(meta["uid"])).publish(resolved)
+        self._published = self.unread.hold(resolved, self._published)
+        self._publisher(str(meta["uid"])).publish(self._published)
         for consumer in self.consumers:
-            consumer(resolved)
+            consumer(self._published)

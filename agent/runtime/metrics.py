@@ -91,6 +91,10 @@ class AgentMetrics:
             "nfa_dra_plugin_claims_total",
             "Claims kubelet asked the DRA plugin to prepare or unprepare, by operation and result "
             "(prepared, unprepared, error)", ["operation", "result"], registry=r)
+        self.dra_plugin_bounded = Counter(
+            "nfa_dra_plugin_bounded_total",
+            "Reads of the kubelet DRA plugin stopped at a bound, by bound (claim: a ResourceClaim answer "
+            "past 2 MiB; checkpoint: a checkpoint past 16 MiB)", ["bound"], registry=r)
         self.device_plugin_undetermined = Gauge(
             "nfa_device_plugin_undetermined",
             "1 while a device plugin resource's /dev patterns could not be read whole (a pattern past its "
@@ -138,9 +142,12 @@ class AgentMetrics:
         self.dra_syncs.labels(result).inc()
 
     def dra_plugin(self, operation: str, result: str) -> None:
-        """The kubelet DRA plugin's ``observe``: ``registration``, ``prepare`` or ``unprepare``."""
+        """The kubelet DRA plugin's ``observe``: ``registration``, ``prepare``, ``unprepare`` or
+        ``bounded`` (the result names the bound)."""
         if operation == "registration":
             self.dra_plugin_registrations.labels(result).inc()
+        elif operation == "bounded":
+            self.dra_plugin_bounded.labels(result).inc()
         else:
             self.dra_plugin_claims.labels(operation, result).inc()
 

@@ -213,3 +213,20 @@ def test_in_v1beta1_mode_claims_are_read_in_v1beta1(tmp_path, socket_dir):
             assert not os.path.exists(cdi.spec_path(bed.cdi_dir, ref[2]))
         finally:
             bed.close()
+
+
+def test_a_checkpoint_past_its_bound_is_a_warning_event_and_a_metric(tmp_path, socket_dir, server):
+    from agent.dra.plugin import CHECKPOINT, MAX_CHECKPOINT_BYTES
+
+    bed = Bed(tmp_path / "a", socket_dir, server)
+    os.makedirs(bed.plugin_dir)
+    with open(os.path.join(bed.plugin_dir, CHECKPOINT), "w") as handle:
+        handle.write(" " * (MAX_CHECKPOINT_BYTES + 1))
+    bed.start()
+    try:
+        wait_for(lambda: any(e.get("reason") == "DraPluginReadBounded" and "larger than 16777216 bytes"
+                             in (e.get("message") or e.get("note") or "") for e in server.events()),
+                 what="a Warning Event naming the checkpoint bound")
+        assert metric(bed.agent, "nfa_dra_plugin_bounded_total", {"bound": "checkpoint"}) == 1
+    finally:
+        bed.close()

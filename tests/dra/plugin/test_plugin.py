@@ -295,3 +295,47 @@ def test_a_claim_uid_that_is_a_path_is_refused_before_any_file_is_touched(bed):
     assert "not a Kubernetes UID" in bed.kubelet.prepare(hostile).claims[hostile[2]].error
     assert bed.kubelet.unprepare(hostile).claims[hostile[2]].error == ""
     assert os.listdir(bed.cdi_dir) == [] and [r for r in bed.server.requests if "resourceclaims" in r.path] == []
+
+
+def bounded_counts(observed: list[tuple[str, str]]) -> dict[str, float]:
+    """The plugin's observations as ``run`` counts them (``AgentMetrics.dra_plugin``)."""
+    from agent.runtime.metrics import AgentMetrics
+
+    metrics = AgentMetrics()
+    for operation, result in observed:
+        metrics.dra_plugin(operation, result)
+    return {b: metrics.registry.get_sample_value("nfa_dra_plugin_bounded_total", {"bound": b}) or 0.0
+            for b in ("claim", "checkpoint")}
+
+
+def test_a_claim_answer_past_its_bound_is_counted_and_warned_other_failures_are_not(bed):
+    warnings: list[str] = []
+    bed.start_plugin(warn=warnings.append)
+    bed.kubelet.start().wait_registered()
+    ref = bed.claim("tpu", [APEX_NAME])
+    path = "/resourceclaims/tpu"
+    bed.server.faults.fail(503, verb="GET", path=path)
+    bed.server.faults.answer({"kind": "ResourceClaim", "metadata": {"uid": ref[2]}, "pad": "x" * (3 << 20)},
+                             verb="GET", path=path)
+    errors = [bed.kubelet.prepare(ref).claims[ref[2]].error for _ in range(2)]
+    assert "HTTP 503" in errors[0] and "larger than 2097152 bytes" in errors[1]
+    assert bounded_counts(bed.observed) == {"claim": 1, "checkpoint": 0}
+    assert warnings == [("ResourceClaim default/tpu: the answer is larger than 2097152 bytes; nothing prepared, "
+                         "kubelet retries")]
+
+
+def test_a_checkpoint_past_its_bound_is_set_aside_counted_and_warned(bed):
+    from agent.dra.plugin import MAX_CHECKPOINT_BYTES
+
+    plugin = bed.start_plugin()
+    plugin.stop(1.0)
+    with open(plugin.checkpoint_path, "w") as handle:  # valid JSON, one byte past the bound
+        handle.write('{"claims": {}, "pad": "' + "x" * (MAX_CHECKPOINT_BYTES - 24) + '"}')
+    assert os.path.getsize(plugin.checkpoint_path) == MAX_CHECKPOINT_BYTES + 1
+    warnings: list[str] = []
+    bed.observed.clear()
+    plugin = bed.start_plugin(warn=warnings.append)
+    assert plugin.prepared() == frozenset() and os.path.exists(plugin.checkpoint_path + ".bad")
+    assert bounded_counts(bed.observed) == {"claim": 0, "checkpoint": 1}
+    assert warnings == [(f"DRA checkpoint {plugin.checkpoint_path} is larger than 16777216 bytes; set aside as "
+                         f"{plugin.checkpoint_path}.bad, not read: kubelet prepares its claims again")]
