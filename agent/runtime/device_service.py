@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from agent.desired import DesiredNodeState
@@ -65,7 +65,7 @@ class DeviceService:
         #: resource -> the devices last handed to its plugin (what a held resource keeps)
         self._published: dict[str, ResourceDevices] = {}
         self.metrics = metrics
-        self.unread = UnreadHold("device plugin", metrics, node_name, warn)
+        self.unread = UnreadHold("device plugin", "device-plugin-error", metrics, node_name, warn)
 
     def start(self) -> DeviceService:
         self.plugins.start()  # the directory watch: a watchfiles loop, as for the rules
@@ -95,39 +95,49 @@ class DeviceService:
 
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
         """This pass's devices to the plugins (in memory; never waits on kubelet)."""
-        from agent.deviceplugin.resolve import resolve_claims
-
         if node is None:
             return
         owned = parse_ownership((node.get("metadata") or {}).get("annotations") or {}).resources
         self._note_waiting(frozenset(n for n in desired.device_claims if n in owned))
-        # a resource an undetermined feature decides keeps the devices last published (none yet:
-        # not served until a read decides), as its label and count are kept (agent.rules.held)
-        held = {n for n in desired.device_claims if n in desired.held_resources}
-        claims = {n: c for n, c in desired.device_claims.items() if n not in owned and n not in held}
-        try:
-            resolved = resolve_claims(self.host, claims)
-        except Exception:  # a bug here must not cost the node its labels: keep the last lists
-            log.exception("resolving device nodes failed; the device plugins keep their last lists",
-                          extra={"node": self.node_name, "event": "device-plugin-error"})
-            return
-        resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
-        self._published = self.unread.hold(resolved, self._published)
-        self.plugins.publish(self._published)
+        served = self.unread.serve(self.host, desired, owned, self._published)
+        if served is not None:
+            self._published = served
+            self.plugins.publish(served)
 
 
 class UnreadHold:
     """The devices a bound or a failed read left unread, held as last published: one rule for
     the device plugin and DRA (``agent.runtime.dra_service``), so both keep the same devices."""
 
-    def __init__(self, what: str, metrics: AgentMetrics, node_name: str,
+    def __init__(self, what: str, error_event: str, metrics: AgentMetrics, node_name: str,
                  warn: Callable[[str], None] | None = None) -> None:
         self.what = what
+        self.error_event = error_event  # the log line's event tag when resolving fails
         self.metrics = metrics
         self.node_name = node_name
         self._warn = warn or (lambda _text: None)
         #: resource -> why its /dev read is incomplete, as last said (one Warning per change)
         self._undetermined: dict[str, str] = {}
+
+    def serve(self, host: HostFS, desired: DesiredNodeState, owned: Collection[str],
+              published: Mapping[str, ResourceDevices]) -> dict[str, ResourceDevices] | None:
+        """This pass's devices for a serving mode, from the resources it may serve (not ``owned``
+        by the agent's count any more); None when resolution failed (the caller keeps its last).
+
+        A resource an undetermined feature decides keeps the devices last published (none yet:
+        not served until a read decides), as its label and count are kept (agent.rules.held)."""
+        from agent.deviceplugin.resolve import resolve_claims
+
+        held = {n for n in desired.device_claims if n in desired.held_resources}
+        claims = {n: c for n, c in desired.device_claims.items() if n not in owned and n not in held}
+        try:
+            resolved = resolve_claims(host, claims)
+        except Exception:  # a bug here must not cost the node its labels: keep the last lists
+            log.exception("resolving devices failed; the %s keeps its last devices", self.what,
+                          extra={"node": self.node_name, "event": self.error_event})
+            return None
+        resolved.update({n: published[n] for n in held if n in published and n not in owned})
+        return self.hold(resolved, published)
 
     def hold(self, resolved: Mapping[str, ResourceDevices],
              published: Mapping[str, ResourceDevices]) -> dict[str, ResourceDevices]:

@@ -51,7 +51,7 @@ class DraService:
         self._failing = ""
         self._stopped = False
         self._published: dict[str, ResourceDevices] = {}
-        self.unread = UnreadHold("DRA", metrics, node_name, warn)
+        self.unread = UnreadHold("DRA", "dra-error", metrics, node_name, warn)
 
     def start(self) -> DraService:
         return self
@@ -84,22 +84,14 @@ class DraService:
 
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
         """This pass's devices to the slice publisher (never waits on the API server)."""
-        from agent.deviceplugin.resolve import resolve_claims
-
         meta = (node or {}).get("metadata") or {}
         if not meta.get("uid") or self._stopped:
             return
         owned = parse_ownership(meta.get("annotations") or {}).resources
-        held = {n for n in desired.device_claims if n in desired.held_resources}
-        claims = {n: c for n, c in desired.device_claims.items() if n not in owned | held}
-        try:
-            resolved = resolve_claims(self.host, claims)
-        except Exception:  # a bug here must not cost the node its labels: keep the last slices
-            log.exception("resolving devices failed; the ResourceSlices keep their last devices",
-                          extra={"node": self.node_name, "event": "dra-error"})
+        served = self.unread.serve(self.host, desired, owned, self._published)
+        if served is None:
             return
-        resolved.update({n: self._published[n] for n in held if n in self._published and n not in owned})
-        self._published = self.unread.hold(resolved, self._published)
+        self._published = served
         self._publisher(str(meta["uid"])).publish(self._published)
         for consumer in self.consumers:
             consumer(self._published)
