@@ -149,8 +149,8 @@ class Agent:
         self.parts = Parts()
         self.passes = 0
         self.last_outcome: ReconcileOutcome | None = None
-        self._desired_fn_key: tuple[object, ...] | None = None
-        self._desired_fn: DesiredFromDiscovery | None = None
+        self._derivation_key: tuple[object, ...] | None = None
+        self._derivation: DesiredFromDiscovery | None = None
         self._desired_labels: frozenset[str] = frozenset()
         self._next_resync = 0.0
         self._retry_at: float | None = None
@@ -433,7 +433,7 @@ class Agent:
         assert self.discovery.current is not None
         unanswered = self.discovery.unanswered_labels()
         key = (self.discovery.generation, self._rule_generations(), tuple(unanswered.items()))
-        if self._desired_fn is None or key != self._desired_fn_key:
+        if self._derivation is None or key != self._derivation_key:
             desired = DesiredFromDiscovery.build(self.discovery.current, self.catalogue(), self.settings.rule_options,
                                                 unanswered, handing_over=self.devices is not None or self.dra is not None)
             if self.cluster is not None:  # this node's NodeFeature objects, as nfd-master merges them
@@ -442,9 +442,9 @@ class Agent:
                 held = self._cluster_undetermined()
                 desired = dataclasses.replace(desired, features=features, raw_labels=labels, label_origins=origins,
                                               hold_everything=held)
-            self._desired_fn = desired
-            self._desired_fn_key = key
-        return self._desired_fn
+            self._derivation = desired
+            self._derivation_key = key
+        return self._derivation
 
     def _live_node(self) -> dict[str, Any] | None:
         """The watched Node when it is at least as new as our last write, else None (GET)."""
