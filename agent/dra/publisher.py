@@ -2,8 +2,9 @@
 
 ``publish(resources)`` takes the same ``Mapping[resource, ResourceDevices]`` the device plugin
 and the kubelet DRA plugin take, keeps only the latest, and returns at once; the thread syncs
-it (``SliceWriter.sync``). A failed read or write is retried after a backoff (1 s doubling to
-30 s) unless a newer publish comes first; what the server holds stays as it is meanwhile. The
+it (``SliceWriter.sync``), shared devices in the form the server keeps (``agent.dra.sharing``).
+A failed read or write is retried after a backoff (1 s doubling to 30 s) unless a newer publish
+comes first; what the server holds stays as it is meanwhile. The
 writer needs nothing of the kubelet plugin: slices are published whether or not it runs.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.deviceplugin.model import ResourceDevices
+from agent.dra.sharing import SharingProbe
 from agent.dra.slices import Node, Published, ReadFailed, SliceWriter, published_devices
 
 log = logging.getLogger(__name__)
@@ -26,6 +28,7 @@ class SlicePublisher:
                  on_sync: Callable[[str], None] = lambda _result: None,
                  backoff: tuple[float, float] = (1.0, 30.0)) -> None:
         self.writer = SliceWriter(api_client, node, version, on_write=on_write)
+        self.sharing = SharingProbe(self.writer._call, node, version)
         self.taints = taints
         self.on_sync = on_sync
         self.backoff = backoff
@@ -75,10 +78,13 @@ class SlicePublisher:
 
     def _sync(self, resources: Mapping[str, ResourceDevices], delay: float) -> float:
         """One sync; returns the delay before a retry (0: none needed)."""
-        published = published_devices(resources, taints=self.taints)
-        self.published = published
         try:
-            writes = self.writer.sync(published.devices)
+            consumable = self.sharing.consumable(resources)
+            self.published = published_devices(resources, taints=self.taints, consumable=consumable)
+            writes = self.writer.sync(self.published.devices)
+            if consumable and writes and not self.sharing.verify(self.writer.read()):
+                self.published = published_devices(resources, taints=self.taints, consumable=False)
+                writes += self.writer.sync(self.published.devices)
         except ReadFailed as exc:
             log.warning("ResourceSlices not read (%s); they are held as they are", exc,
                         extra={"node": self.writer.node.name, "event": "dra-held"})
