@@ -14,9 +14,15 @@ watcher, ``pkg/kubelet/pluginmanager``; kubelet's DRA client, ``pkg/kubelet/cm/d
 
 kubelet restarting: a kubelet that comes back walks the registry directory and registers
 every socket it finds, so nothing is needed from us while our sockets stay; a socket removed
-or replaced (a wiped directory, a node re-provisioned under us) is noticed at the next check
-(``check_interval`` seconds, or at once on ``wake``) and served again on a fresh socket, whose
+or replaced (a wiped directory, a node re-provisioned under us) is noticed at once on ``wake``
+(``run`` watches both directories: ``agent.runtime.dra_service.DraPluginService``), else at
+the next look every ``check_interval`` seconds, and served again on a fresh socket, whose
 creation kubelet's watcher sees.
+
+Both names of the ``DRAPlugin`` service are served with v1's generated messages (v1beta1's
+are the same on the wire), and the sockets are bound with ``agent.deviceplugin.sockets``: DRA
+mode loads grpcio, protobuf and the registration and v1 messages, nothing of the device
+plugin's API or of v1beta1's generated code.
 
 Preparing a claim (the contract of ``dra/v1/api.proto``: every claim of the request answered,
 an error string per claim, idempotent):
@@ -262,7 +268,7 @@ class KubeletPlugin:
         v1's messages: v1beta1's are the same on the wire (tests/dra/plugin/test_api.py), so
         v1beta1's generated code is never loaded. What ``add_DRAPluginServicer_to_server`` of
         the generated ``api_pb2_grpc`` does, once per service name."""
-        handlers = {
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
                 lambda request, _context: self.prepare(request),
                 request_deserializer=v1_pb2.NodePrepareResourcesRequest.FromString,
