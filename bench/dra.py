@@ -27,6 +27,7 @@ Prints numbers, asserts nothing.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import socket
@@ -266,8 +267,12 @@ def step(name):
     print(name, kb["VmRSS"] / 1024, kb["Anonymous"] / 1024)
 import agent.runtime.agent, agent.commands.run
 step("run-loop")
+import asyncio
+step("asyncio")
 import grpc
 step("grpc")
+import google.protobuf.descriptor_pool, google.protobuf.internal.builder
+step("protobuf")
 import agent.dra.plugin, agent.dra.claims
 step("plugin")
 """
@@ -303,9 +308,14 @@ def memory_figures(rounds: int, settle: float, window: float, tmp: Path) -> None
         probe = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, check=True,
                                cwd=REPO, env=compiled_env())
     steps = {name: (float(r), float(a)) for name, r, a in (line.split() for line in probe.stdout.split("\n") if line)}
-    (r0, a0), (r1, a1), (r2, a2) = steps["run-loop"], steps["grpc"], steps["plugin"]
-    print(f"imports, one process: run loop {r0:.1f} MiB RSS ({a0:.1f} anonymous); + import grpc {r1 - r0:+.1f} RSS "
-          f"({a1 - a0:+.1f} anonymous); + agent.dra.plugin, agent.dra.claims {r2 - r1:+.1f} RSS ({a2 - a1:+.1f} anonymous)")
+    print(f"imports, one process: run loop {steps['run-loop'][0]:.1f} MiB RSS ({steps['run-loop'][1]:.1f} anonymous)")
+    names = list(steps)
+    for before, after in itertools.pairwise(names):
+        what = {"asyncio": "asyncio (grpcio imports it)", "grpc": "the rest of grpcio",
+                "protobuf": "protobuf's runtime", "plugin": "agent.dra.plugin and agent.dra.claims, with the "
+                "generated registration and v1 messages"}[after]
+        print(f"  + {what}: {steps[after][0] - steps[before][0]:+.2f} RSS "
+              f"({steps[after][1] - steps[before][1]:+.2f} anonymous)")
 
 
 def main(argv: list[str] | None = None) -> int:
