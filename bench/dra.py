@@ -10,17 +10,25 @@
   server stores it; floor: one LIST of the node's slices (the read each sync starts with);
 - slice writes at steady state (the same devices published ``--runs`` times) and across a
   restart (a new publisher on the same slices): counted POST/PUT/DELETE requests, target 0;
-- RSS of ``node-feature-agent run`` (this venv) on the edge-ai host with ``--dra=off`` and
-  ``--dra=on``, ``--settle`` s after the Node is labelled (psutil, as bench/memory.py).
+- memory of ``node-feature-agent run`` (this venv) on the edge-ai host serving nothing to
+  kubelet, as a device plugin and in DRA mode (``MODES``), ``--settle`` s after it serves, one
+  sample a second for ``--window`` s, ``--rounds`` runs of each mode interleaved, medians: RSS
+  and its anonymous and file-backed parts, private and anonymous pages (``smaps_rollup``) and
+  the resident pages of grpcio's and protobuf's shared objects; then, in one process, what
+  importing grpcio and the plugin adds to the run loop. The measured processes read compiled
+  bytecode, as the image's (a first, uncounted round writes it to a cache of their own).
 
 Prints numbers, asserts nothing.
 
     .venv/bin/python bench/dra.py --runs 200 --cycles 20
+    .venv/bin/python bench/dra.py --memory-only --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import shutil
 import socket
 import statistics
@@ -29,11 +37,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import psutil  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from agent.deviceplugin.model import DeviceNode, PluginDevice, ResourceDevices  # noqa: E402
@@ -148,34 +156,166 @@ def publisher_figures(runs: int) -> None:
           f"the LIST); across a restart: {restart} (target 0)")
 
 
-def rss(dra: str, settle: float, window: float, tmp: Path) -> float:
+MODES = ("off", "device-plugin", "dra")
+"""``run`` with nothing served to kubelet; with ``--device-plugin=on`` (registered with the
+device plugin's kubelet stand-in); with ``--dra=on`` (slices written, the kubelet plugin
+registered with the DRA kubelet stand-in and one claim prepared and unprepared). DRA mode has
+no setting without its kubelet plugin, so there is no "slices only" figure."""
+
+
+def footprint(pid: int) -> dict[str, float]:
+    """MiB: VmRSS and its anonymous and file-backed parts (/proc/PID/status); private pages
+    (Private_Clean + Private_Dirty) and anonymous pages (/proc/PID/smaps_rollup); the resident
+    pages of grpcio's and protobuf's shared objects (file-backed text and data, /proc/PID/smaps)."""
+    def fields(path: str) -> dict[str, int]:
+        out = {}
+        for line in Path(path).read_text().splitlines():
+            key, _, value = line.partition(":")
+            parts = value.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                out[key] = int(parts[0])
+        return out
+
+    status, rollup = fields(f"/proc/{pid}/status"), fields(f"/proc/{pid}/smaps_rollup")
+    shared_objects, current = 0, ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            current = head[5] if len(head) > 5 else ""
+        elif head and head[0] == "Rss:" and current.endswith(".so") and ("/grpc/" in current or "/google/" in current):
+            shared_objects += int(head[1])
+    mib = {"rss": status["VmRSS"], "anon_rss": status["RssAnon"], "file_rss": status["RssFile"],
+           "private": rollup["Private_Clean"] + rollup["Private_Dirty"], "anonymous": rollup["Anonymous"],
+           "grpc_so": shared_objects}
+    return {k: v / 1024 for k, v in mib.items()}
+
+
+def compiled_env() -> dict[str, str]:
+    """The environment of the measured processes: Python may write and read bytecode, in a
+    cache of its own, as the image's ``pip install`` compiled it. Compiling a module at import
+    leaves its compiler's memory in the heap, which would count as the module's cost."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "nfa-bench-pycache")
+    return env
+
+
+def run_footprint(mode: str, settle: float, window: float, tmp: Path) -> list[dict[str, float]]:
+    """Samples (one a second for ``window`` s, ``settle`` s after the mode is serving) of one
+    ``node-feature-agent run`` on edge-ai in ``mode``."""
+    from tests.deviceplugin.kubelet_standin import KubeletStandIn
+    from tests.support.kubelet_dra import KubeletDra
+
     agent_bin = Path(sys.executable).parent / "node-feature-agent"
+    root = Path(tempfile.mkdtemp(prefix="m-", dir="/tmp"))  # short: unix socket paths < 108 bytes
+    kubelet: Any = None
     with FakeApiServer() as server:
         server.add_node(NODE)
         kubeconfig = server.kubeconfig(tmp / "kubeconfig")
         cmd = [str(agent_bin), "--log-level", "warning", "run", f"--host-root={REPO / 'fixtures/sysfs/edge-ai'}",
                f"--rules={REPO / 'labels'}", f"--node-name={NODE}", f"--kubeconfig={kubeconfig}",
-               "--metrics-port=0", "--metrics-address=127.0.0.1", "--udev-mode=kernel", "--startup-jitter=0",
-               f"--dra={dra}"]
-        proc = subprocess.Popen(cmd, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               "--metrics-port=0", "--metrics-address=127.0.0.1", "--udev-mode=kernel", "--startup-jitter=0"]
+        if mode == "device-plugin":
+            (root / "dp").mkdir()
+            kubelet = KubeletStandIn(str(root / "dp")).start()
+            cmd += ["--device-plugin=on", f"--device-plugin-dir={root / 'dp'}"]
+        elif mode == "dra":
+            cmd += ["--dra=on", f"--dra-plugin-dir={root / 'p'}", f"--dra-registry-dir={root / 'r'}",
+                    f"--cdi-dir={root / 'cdi'}"]
+            kubelet = KubeletDra(str(root / "r"), client.ApiClient(server.client_configuration())).start()
+        proc = subprocess.Popen(cmd, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=compiled_env())
         try:
             wait_for(lambda: EDGETPU_LABEL in (server.node(NODE)["metadata"].get("labels") or {}), timeout=120,
                      what="labelled")
-            if dra == "on":
+            if mode == "device-plugin":
+                kubelet.wait_for(lambda: TPU in kubelet.registered(), timeout=60)
+            elif mode == "dra":
                 wait_for(lambda: slice_devices(server) == 3, timeout=60, what="slices")
+                kubelet.wait_registered(timeout=60)
+                device = server.store.list(SLICES)[0][0]["spec"]["devices"][0]["name"]
+                uid = kubelet.create_claim("default", "tpu", ["tpu"])["metadata"]["uid"]
+                kubelet.allocate("default", "tpu", [{"request": "tpu", "driver": "node-feature-agent.io",
+                                                     "pool": NODE, "device": device}])
+                answer = kubelet.prepare(("default", "tpu", uid)).claims[uid]
+                assert answer.error == "", answer.error
+                kubelet.unprepare(("default", "tpu", uid))
             time.sleep(settle)
-            process = psutil.Process(proc.pid)
             samples = []
             for _ in range(max(1, int(window))):
-                samples.append(process.memory_info().rss / 2**20)
+                samples.append(footprint(proc.pid))
                 time.sleep(1.0)
-            return statistics.median(samples)
+            return samples
         finally:
             proc.terminate()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+            if kubelet is not None:
+                kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+IMPORT_PROBE = r"""
+def step(name):
+    kb = {}
+    for path in ("/proc/self/status", "/proc/self/smaps_rollup"):
+        for line in open(path):
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "Anonymous"):
+                kb[key] = int(value.split()[0])
+    print(name, kb["VmRSS"] / 1024, kb["Anonymous"] / 1024)
+import agent.runtime.agent, agent.commands.run
+step("run-loop")
+import asyncio
+step("asyncio")
+import grpc
+step("grpc")
+import google.protobuf.descriptor_pool, google.protobuf.internal.builder
+step("protobuf")
+import agent.dra.plugin, agent.dra.claims
+step("plugin")
+"""
+
+
+def memory_figures(rounds: int, settle: float, window: float, tmp: Path) -> None:
+    """Each mode ``rounds`` times, interleaved, after a round that is not counted (it fills the
+    bytecode cache); medians over every sample of a mode."""
+    samples: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    for mode in MODES:
+        run_footprint(mode, 0, 1, tmp)
+    for _ in range(rounds):
+        for mode in MODES:
+            samples[mode] += run_footprint(mode, settle, window, tmp)
+    median = {m: {k: statistics.median(s[k] for s in samples[m]) for k in samples[m][0]} for m in MODES}
+    print(f"memory of run on edge-ai, median of {rounds} x {int(window)} samples per mode, {settle:.0f} s after serving "
+          "(MiB; private = Private_Clean + Private_Dirty, anonymous = Anonymous, smaps_rollup; grpc .so = resident "
+          "pages of grpcio's and protobuf's shared objects):")
+    print(f"{'mode':14s} {'RSS':>6s} {'anon':>6s} {'file':>6s} {'private':>8s} {'anonymous':>9s} {'grpc .so':>8s}"
+          "   RSS range")
+    for mode in MODES:
+        f = median[mode]
+        low, high = min(s["rss"] for s in samples[mode]), max(s["rss"] for s in samples[mode])
+        print(f"{mode:14s} {f['rss']:6.1f} {f['anon_rss']:6.1f} {f['file_rss']:6.1f} {f['private']:8.1f} "
+              f"{f['anonymous']:9.1f} {f['grpc_so']:8.1f}   {low:.1f}-{high:.1f}")
+    for mode in MODES[1:]:
+        d = {k: median[mode][k] - median["off"][k] for k in median["off"]}
+        print(f"{mode} - off: RSS {d['rss']:+.1f}, private {d['private']:+.1f}, anonymous {d['anonymous']:+.1f}, "
+              f"file-backed {d['file_rss']:+.1f}, of it grpc/protobuf .so {d['grpc_so']:+.1f} MiB (target: DRA within 5 MiB RSS)")
+    d = {k: median["dra"][k] - median["device-plugin"][k] for k in median["off"]}
+    print(f"dra - device-plugin: RSS {d['rss']:+.1f}, private {d['private']:+.1f}, anonymous {d['anonymous']:+.1f} MiB")
+    for _ in range(2):  # the first fills the bytecode cache
+        probe = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, check=True,
+                               cwd=REPO, env=compiled_env())
+    steps = {name: (float(r), float(a)) for name, r, a in (line.split() for line in probe.stdout.split("\n") if line)}
+    print(f"imports, one process: run loop {steps['run-loop'][0]:.1f} MiB RSS ({steps['run-loop'][1]:.1f} anonymous)")
+    names = list(steps)
+    for before, after in itertools.pairwise(names):
+        what = {"asyncio": "asyncio (grpcio imports it)", "grpc": "the rest of grpcio",
+                "protobuf": "protobuf's runtime", "plugin": "agent.dra.plugin and agent.dra.claims, with the "
+                "generated registration and v1 messages"}[after]
+        print(f"  + {what}: {steps[after][0] - steps[before][0]:+.2f} RSS "
+              f"({steps[after][1] - steps[before][1]:+.2f} anonymous)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,19 +324,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=20, help="unplug/plug cycles of the hotplug figure")
     parser.add_argument("--settle", type=float, default=10.0)
     parser.add_argument("--window", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each memory mode")
+    parser.add_argument("--memory-only", action="store_true", help="only the memory figures")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="nfa-dra-"))
     try:
-        with_dra = hotplug(args.cycles, True, tmp / "dra")
-        without = hotplug(args.cycles, False, tmp / "labels")
-        print(f"hotplug -> ResourceSlice updated ({len(with_dra)} events): {fmt(with_dra)}; floor (hotplug -> "
-              f"label, same run): {fmt(without)}; ratio {statistics.median(with_dra) / statistics.median(without):.2f}x "
-              "(target p99 <= 100 ms)")
-        publisher_figures(args.runs)
-        off = rss("off", args.settle, args.window, tmp)
-        on = rss("on", args.settle, args.window, tmp)
-        print(f"RSS of run on edge-ai: --dra=off {off:.1f} MiB, --dra=on {on:.1f} MiB, +{on - off:.1f} MiB "
-              "(target within 5 MiB)")
+        if not args.memory_only:
+            with_dra = hotplug(args.cycles, True, tmp / "dra")
+            without = hotplug(args.cycles, False, tmp / "labels")
+            print(f"hotplug -> ResourceSlice updated ({len(with_dra)} events): {fmt(with_dra)}; floor (hotplug -> "
+                  f"label, same run): {fmt(without)}; ratio "
+                  f"{statistics.median(with_dra) / statistics.median(without):.2f}x (target p99 <= 100 ms)")
+            publisher_figures(args.runs)
+        memory_figures(args.rounds, args.settle, args.window, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -10,9 +10,8 @@ its answer, over the real unix socket against the in-repo API server
   checkpoint written (each flushed to disk), then unprepared (not timed) so the checkpoint
   stays one claim long.
 
-API requests are counted from the server's log. Also the memory the plugin adds: RSS of a
-process that imported the agent's run loop, then after importing the plugin (grpcio, the
-stubs) and serving both sockets with one device published. Prints numbers, asserts nothing.
+API requests are counted from the server's log (the memory DRA mode costs: bench/dra.py).
+Prints numbers, asserts nothing.
 
     .venv/bin/python bench/dra_prepare.py --runs 300
 """
@@ -22,36 +21,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-RSS_PROBE = r"""
-import tempfile, time
-def rss():
-    with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
-import agent.runtime.agent, agent.commands.run
-before = rss()
-from kubernetes.client.api_client import ApiClient
-from agent.deviceplugin.model import DeviceNode, PluginDevice, ResourceDevices
-from agent.dra.claims import ApiClaims
-from agent.dra.plugin import KubeletPlugin
-from agent.kube.light_core import LightCoreV1Api
-d = tempfile.mkdtemp(dir="/tmp")
-p = KubeletPlugin("n", ApiClaims(LightCoreV1Api(ApiClient())), plugin_dir=d + "/p", registry_dir=d + "/r", cdi_dir=d)
-p.publish({"example.com/r": ResourceDevices("example.com/r", (PluginDevice("pci-0000:01:00.0", (DeviceNode("/dev/x", "/dev/x"),)),))})
-p.start()
-time.sleep(0.5)
-after = rss()
-p.stop()
-print(f"{before:.1f} {after:.1f}")
-"""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -132,11 +107,7 @@ def main(argv: list[str]) -> int:
     print(f"runs {args.runs} each")
     print(shown("floor", floor))
     print(shown("cached", cached, base) + f"  API requests: {cached_requests}")
-    probe = subprocess.run([sys.executable, "-c", RSS_PROBE], capture_output=True, text=True, check=True,
-                           cwd=Path(__file__).resolve().parent.parent)
-    before, after = (float(x) for x in probe.stdout.split())
     print(shown("GET", read, base) + f"  API requests: {len(gets)} GETs, {len(server.requests) - len(gets)} other")
-    print(f"RSS   run loop imported {before:.1f} MiB, plugin serving {after:.1f} MiB (+{after - before:.1f} MiB)")
     return 0
 
 

@@ -70,3 +70,30 @@ def test_the_run_loop_loads_grpc_only_in_a_serving_mode():
             "or m == 'agent.dra.plugin' or m.startswith('agent.deviceplugin.v1beta1.api')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]", loaded
+
+
+def test_the_dra_kubelet_plugin_loads_neither_the_device_plugins_api_nor_v1beta1s_code(tmp_path):
+    """DRA mode imports and serves its kubelet plugin without the device plugin's gRPC server
+    module or stubs (its sockets come from the grpc-free ``agent.deviceplugin.sockets``) and
+    without the DRA v1beta1 or v1 generated service code (both services are served with v1's
+    messages, identical on the wire): what `run --dra` loads, the plugin started on both
+    sockets and stopped, in a fresh interpreter (bench/dra.py: the memory this keeps out)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, agent.commands.run, agent.runtime.agent
+from kubernetes.client.api_client import ApiClient
+from agent.dra.claims import ApiClaims
+from agent.dra.plugin import KubeletPlugin
+from agent.kube.light_core import LightCoreV1Api
+plugin = KubeletPlugin("n", ApiClaims(LightCoreV1Api(ApiClient())), plugin_dir="{tmp_path}/p",
+                       registry_dir="{tmp_path}/r", cdi_dir="{tmp_path}/cdi").start()
+serving = plugin.alive() and all(__import__("os").path.exists(p) for p in (plugin.socket_path, plugin.registration_path))
+plugin.stop()
+print(serving, "grpc" in sys.modules, sorted(m for m in sys.modules if m in ("agent.deviceplugin.server",
+      "agent.deviceplugin.plugins") or m.startswith(("agent.deviceplugin.v1beta1.api", "agent.dra.api.v1beta1"))
+      or m == "agent.dra.api.v1.api_pb2_grpc"))
+"""
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "True True []", loaded

@@ -8,8 +8,10 @@ endpoint here, whose devices are the instances the rule matched in this pass.
 - ``model``: what a plugin advertises and hands out (pure data);
 - ``resolve``: matched instances + the host's sysfs -> devices with their ``/dev`` nodes;
 - ``server``: one resource's gRPC service on its own unix socket;
+- ``sockets``: binding a socket 0600, recognising a replaced one, staging leftovers (no gRPC:
+  the DRA kubelet plugin uses them too);
 - ``plugins``: every resource's server, registration with ``kubelet.sock`` and its restarts.
 
-Only ``model`` and ``resolve`` load without grpcio; the agent imports the rest only when the
-plugin mode is on.
+Only ``model``, ``resolve``, ``devnodes`` and ``sockets`` load without grpcio; the agent
+imports the rest only when the plugin mode is on.
 """

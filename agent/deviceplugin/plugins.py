@@ -9,7 +9,7 @@ at the directory:
 - ``kubelet.sock`` absent: nothing to register with; the servers keep serving and the
   thread keeps looking (kubelet may start after the agent);
 - ``kubelet.sock`` created again (the directory watch saw it: ``kubelet_started``) or
-  replaced (another inode or ctime: ``server.socket_identity``), i.e. kubelet restarted, or a
+  replaced (another inode or ctime: ``sockets.socket_identity``), i.e. kubelet restarted, or a
   resource not registered yet: register again;
 - our own socket removed (kubelet's start-up wipes the directory) or replaced: restart that
   server on a fresh socket, then register it.
@@ -30,7 +30,8 @@ from dataclasses import replace
 import grpc
 
 from agent.deviceplugin.model import PluginDevice, ResourceDevices
-from agent.deviceplugin.server import ResourceServer, remove_stale_staging, socket_identity
+from agent.deviceplugin.server import ResourceServer
+from agent.deviceplugin.sockets import remove_stale_staging, socket_identity
 from agent.deviceplugin.v1beta1 import KUBELET_SOCKET_NAME, VERSION, api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,15 @@ watcher, ``pkg/kubelet/pluginmanager``; kubelet's DRA client, ``pkg/kubelet/cm/d
 
 kubelet restarting: a kubelet that comes back walks the registry directory and registers
 every socket it finds, so nothing is needed from us while our sockets stay; a socket removed
-or replaced (a wiped directory, a node re-provisioned under us) is noticed at the next check
-(``check_interval`` seconds, or at once on ``wake``) and served again on a fresh socket, whose
+or replaced (a wiped directory, a node re-provisioned under us) is noticed at once on ``wake``
+(``run`` watches both directories: ``agent.runtime.dra_service.DraPluginService``), else at
+the next look every ``check_interval`` seconds, and served again on a fresh socket, whose
 creation kubelet's watcher sees.
+
+Both names of the ``DRAPlugin`` service are served with v1's generated messages (v1beta1's
+are the same on the wire), and the sockets are bound with ``agent.deviceplugin.sockets``: DRA
+mode loads grpcio, protobuf and the registration and v1 messages, nothing of the device
+plugin's API or of v1beta1's generated code.
 
 Preparing a claim (the contract of ``dra/v1/api.proto``: every claim of the request answered,
 an error string per claim, idempotent):
@@ -57,15 +63,12 @@ from typing import Any
 import grpc
 
 from agent.deviceplugin.model import PluginDevice, ResourceDevices
-from agent.deviceplugin.server import listen_private, remove_stale_staging, socket_identity
+from agent.deviceplugin.sockets import listen_private, remove_stale_staging, socket_identity
 from agent.dra import cdi
-from agent.dra.api import PLUGIN_TYPE, PLUGINS_DIR, REGISTRY_DIR, SERVICES
+from agent.dra.api import GRPC_SERVICES, PLUGIN_TYPE, PLUGINS_DIR, REGISTRY_DIR, SERVICES
 from agent.dra.api.registration import api_pb2 as reg_pb2
 from agent.dra.api.registration import api_pb2_grpc as reg_grpc
 from agent.dra.api.v1 import api_pb2 as v1_pb2
-from agent.dra.api.v1 import api_pb2_grpc as v1_grpc
-from agent.dra.api.v1beta1 import api_pb2 as v1beta1_pb2
-from agent.dra.api.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from agent.dra.claims import ClaimGone, ClaimSource, ClaimTooLarge, ClaimUnreadable
 from agent.dra.names import DRIVER, device_name
 
@@ -269,8 +272,23 @@ class KubeletPlugin:
             log.info("DRA plugin serving %s", path, extra={"event": "dra-plugin-serving"})
 
     def _add_dra(self, server: grpc.Server) -> None:
-        v1_grpc.add_DRAPluginServicer_to_server(_V1(self), server)
-        v1beta1_grpc.add_DRAPluginServicer_to_server(_V1beta1(self), server)
+        """The ``DRAPlugin`` service under each name kubelet may call (``GRPC_SERVICES``), with
+        v1's messages: v1beta1's are the same on the wire (tests/dra/plugin/test_api.py), so
+        v1beta1's generated code is never loaded. What ``add_DRAPluginServicer_to_server`` of
+        the generated ``api_pb2_grpc`` does, once per service name."""
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
+                lambda request, _context: self.prepare(request),
+                request_deserializer=v1_pb2.NodePrepareResourcesRequest.FromString,
+                response_serializer=v1_pb2.NodePrepareResourcesResponse.SerializeToString),
+            "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
+                lambda request, _context: self.unprepare(request),
+                request_deserializer=v1_pb2.NodeUnprepareResourcesRequest.FromString,
+                response_serializer=v1_pb2.NodeUnprepareResourcesResponse.SerializeToString),
+        }
+        for service in GRPC_SERVICES.values():
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+            server.add_registered_method_handlers(service, handlers)
 
     def _add_registration(self, server: grpc.Server) -> None:
         reg_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
@@ -449,33 +467,3 @@ class _Registration(reg_grpc.RegistrationServicer):
                         extra={"event": "dra-plugin-registered"})
             self.owner._observe("registration", "failed")
         return reg_pb2.RegistrationStatusResponse()
-
-
-class _V1(v1_grpc.DRAPluginServicer):
-    def __init__(self, owner: KubeletPlugin) -> None:
-        self.owner = owner
-
-    def NodePrepareResources(self, request: v1_pb2.NodePrepareResourcesRequest,
-                             context: grpc.ServicerContext) -> v1_pb2.NodePrepareResourcesResponse:
-        return self.owner.prepare(request)
-
-    def NodeUnprepareResources(self, request: v1_pb2.NodeUnprepareResourcesRequest,
-                               context: grpc.ServicerContext) -> v1_pb2.NodeUnprepareResourcesResponse:
-        return self.owner.unprepare(request)
-
-
-class _V1beta1(v1beta1_grpc.DRAPluginServicer):
-    """v1beta1's messages are v1's on the wire (same fields and numbers, tests/dra/plugin/test_api.py)."""
-
-    def __init__(self, owner: KubeletPlugin) -> None:
-        self.owner = owner
-
-    def NodePrepareResources(self, request: v1beta1_pb2.NodePrepareResourcesRequest,
-                             context: grpc.ServicerContext) -> v1beta1_pb2.NodePrepareResourcesResponse:
-        answer = self.owner.prepare(v1_pb2.NodePrepareResourcesRequest.FromString(request.SerializeToString()))
-        return v1beta1_pb2.NodePrepareResourcesResponse.FromString(answer.SerializeToString())
-
-    def NodeUnprepareResources(self, request: v1beta1_pb2.NodeUnprepareResourcesRequest,
-                               context: grpc.ServicerContext) -> v1beta1_pb2.NodeUnprepareResourcesResponse:
-        answer = self.owner.unprepare(v1_pb2.NodeUnprepareResourcesRequest.FromString(request.SerializeToString()))
-        return v1beta1_pb2.NodeUnprepareResourcesResponse.FromString(answer.SerializeToString())

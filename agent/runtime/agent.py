@@ -53,7 +53,7 @@ from agent.runtime.desired_state import DesiredFromDiscovery
 from agent.runtime.device_events import DeviceEvents
 from agent.runtime.device_service import DeviceService
 from agent.runtime.discovery_cache import DiscoveryCache
-from agent.runtime.dra_service import DraService
+from agent.runtime.dra_service import DraPluginService, DraService
 from agent.runtime.event_sources import EventSource
 from agent.runtime.health import HealthServer
 from agent.runtime.hotplug import HotplugMonitor, Poller
@@ -119,6 +119,7 @@ class Agent:
         self.devices: DeviceService | None = None
         self.dra: DraService | None = None
         self.dra_plugin: KubeletPlugin | None = None
+        self.dra_plugin_service: DraPluginService | None = None
         if settings.dra:  # DRA serves every declared resource: no device plugin beside it
             from agent.dra.claims import ApiClaims  # grpcio and the generated stubs only in this mode
             from agent.dra.plugin import KubeletPlugin
@@ -133,6 +134,7 @@ class Agent:
                 observe=self.metrics.dra_plugin,
                 warn=lambda text: self._warn_in_next_pass(REASON_DRA_BOUNDED, text))
             self.dra.consumers.append(self.dra_plugin.publish)
+            self.dra_plugin_service = DraPluginService(self.dra_plugin)
         elif settings.device_plugin:
             self.devices = DeviceService(settings.host_root, settings.device_plugin_dir, self.metrics, settings.node_name,
                                          warn=self._device_nodes_undetermined)
@@ -180,9 +182,9 @@ class Agent:
                                   after_worker=True))
         if self.dra is not None:
             self.parts.start(Part("DRA slices", self.dra.start, self.dra.alive, self.dra.stop, after_worker=True))
-        if self.dra_plugin is not None:
-            self.parts.start(Part("DRA kubelet plugin", self.dra_plugin.start, self.dra_plugin.alive,
-                                  self.dra_plugin.stop, after_worker=True))
+        if self.dra_plugin_service is not None:
+            service = self.dra_plugin_service
+            self.parts.start(Part("DRA kubelet plugin", service.start, service.alive, service.stop, after_worker=True))
         if s.watch_rules:
             self.rules_watcher = RulesWatcher(s.rules_dirs, self._rules_edited)
             self.parts.start(Part("rules watcher", self.rules_watcher.start, self.rules_watcher.alive,

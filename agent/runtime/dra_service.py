@@ -13,13 +13,16 @@ A resource an undetermined feature decides keeps the devices last published (non
 read decides), as its label and count are held (``agent.rules.held``). A /dev read that a bound
 or a failure left incomplete keeps the devices it did not read as last published, with the
 ``nfa_device_plugin_undetermined`` metric and a Warning (``agent.runtime.device_service.UnreadHold``).
+
+``DraPluginService`` runs the kubelet DRA plugin (``agent.dra.plugin``) with its two directories
+watched, as ``DeviceService`` runs the device plugin's.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.desired import DesiredNodeState
 from agent.deviceplugin.model import ResourceDevices
@@ -29,6 +32,10 @@ from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.device_service import UnreadHold
 from agent.runtime.metrics import AgentMetrics
+from agent.runtime.rules_watch import RulesWatcher
+
+if TYPE_CHECKING:
+    from agent.dra.plugin import KubeletPlugin  # grpcio: imported by the caller in DRA mode only
 
 log = logging.getLogger(__name__)
 
@@ -95,3 +102,31 @@ class DraService:
         self._publisher(str(meta["uid"])).publish(self._published)
         for consumer in self.consumers:
             consumer(self._published)
+
+
+class DraPluginService:
+    """The kubelet DRA plugin and the watch of its plugin and registry directories: a socket of
+    ours removed or replaced there (a kubelet that comes back on an emptied registry directory,
+    a wiped plugin directory) wakes the plugin at once, which serves it again (the same
+    watchfiles loop as the rules directories and the device plugin's directory). The plugin's
+    own look every ``check_interval`` seconds stays the safety net when inotify is unavailable
+    (the watch failing is logged) and for a watched directory that is itself removed (its
+    watch goes with it). Only the directories' own entries are watched: the sockets are there."""
+
+    def __init__(self, plugin: KubeletPlugin) -> None:
+        self.plugin = plugin
+        self.watcher: RulesWatcher | None = None
+
+    def start(self) -> DraPluginService:
+        self.plugin.start()  # creates both directories: the watch is on them, not on a parent
+        self.watcher = RulesWatcher([self.plugin.plugin_dir, self.plugin.registry_dir], self.plugin.wake,
+                                    debounce_ms=50, step_ms=250, recursive=False).start()
+        return self
+
+    def alive(self) -> bool:
+        return self.plugin.alive()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        if self.watcher is not None:
+            self.watcher.stop(timeout=0.0)  # a daemon thread; it ends within its 250 ms step
+        self.plugin.stop(timeout)

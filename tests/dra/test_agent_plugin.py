@@ -185,6 +185,24 @@ def test_healthz_fails_when_the_kubelet_plugin_dies(tmp_path, socket_dir, server
         bed.close()
 
 
+def test_runs_plugin_answers_a_kubelet_on_an_emptied_registry_through_its_directory_watch(tmp_path, socket_dir,
+                                                                                        server):
+    """``run`` watches the plugin's directories: kubelet coming back on an emptied registry
+    directory registers the driver again though the plugin's own look is an hour away."""
+    bed = Bed(tmp_path / "a", socket_dir, server)
+    assert bed.agent.dra_plugin is not None
+    bed.agent.dra_plugin.check_interval = 3600.0
+    bed.start()
+    try:
+        bed.kubelet.wait_registered()
+        seen = len(bed.kubelet.infos)
+        bed.kubelet.restart(wipe=True)
+        bed.kubelet.wait_registered(after=seen)
+        assert metric(bed.agent, "nfa_dra_plugin_registrations_total", {"result": "registered"}) == 2
+    finally:
+        bed.close()
+
+
 def test_in_v1beta1_mode_claims_are_read_in_v1beta1(tmp_path, socket_dir):
     """A 1.32/1.33 cluster: the mode chose v1beta1, and the plugin reads the claim there."""
     with FakeApiServer(bookmark_interval=0.5, dra_versions=("v1beta1",)) as server:

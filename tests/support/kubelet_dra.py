@@ -85,10 +85,20 @@ class KubeletDra:
         for _socket, _service, channel in drivers.values():
             channel.close()
 
-    def restart(self) -> None:
+    def restart(self, *, wipe: bool = False) -> None:
         """kubelet ends (its connections go) and starts again: a fresh watcher walks the
-        directory and registers what it finds."""
+        directory and registers what it finds. ``wipe``: it comes back on an emptied registry
+        directory (a node re-provisioned under the plugin, the directory wiped while kubelet
+        was down): every socket there is removed before the walk. kubelet's own start-up
+        keeps the sockets (``pluginwatcher.Start`` only creates the directory and walks it);
+        a plugin must serve its socket again when it is gone (the pluginwatcher README: "Each
+        time a plugin starts, it has to delete old sockets if they exist and listen anew")."""
         self.stop()
+        if wipe:
+            for name in os.listdir(self.registry_dir):
+                path = os.path.join(self.registry_dir, name)
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
         self.start()
 
     # -- the plugin watcher -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from agent.deviceplugin.model import DeviceNode, PluginDevice, ResourceDevices
 from agent.dra.claims import ApiClaims
 from agent.dra.plugin import KubeletPlugin
 from agent.kube.light_core import LightCoreV1Api
+from agent.runtime.dra_service import DraPluginService
 from tests.support.apiserver import FakeApiServer
 from tests.support.kubelet_dra import KubeletDra
 
@@ -34,15 +35,22 @@ class Bed:
         self.api_client = ApiClient(server.client_configuration())
         self.kubelet = KubeletDra(self.registry_dir, self.api_client)
         self.plugin: KubeletPlugin | None = None
+        self.service: DraPluginService | None = None
         self.observed: list[tuple[str, str]] = []
 
-    def start_plugin(self, devices=DEVICES, **kw) -> KubeletPlugin:
+    def start_plugin(self, devices=DEVICES, *, watched: bool = False, **kw) -> KubeletPlugin:
+        """The plugin started alone, or ``watched``: as ``run`` starts it, with its directories
+        watched (``DraPluginService``)."""
         plugin = KubeletPlugin(NODE, ApiClaims(LightCoreV1Api(self.api_client)), plugin_dir=self.plugin_dir,
                                registry_dir=self.registry_dir, cdi_dir=kw.pop("cdi_dir", self.cdi_dir),
                                check_interval=kw.pop("check_interval", 0.1),
                                observe=lambda o, r: self.observed.append((o, r)), **kw)
         plugin.publish(devices)
-        self.plugin = plugin.start()
+        self.plugin = plugin
+        if watched:
+            self.service = DraPluginService(plugin).start()
+        else:
+            plugin.start()
         return plugin
 
     def claim(self, name: str, devices: list[str], *, driver: str = "node-feature-agent.io", pool: str = NODE,
@@ -57,7 +65,9 @@ class Bed:
 
     def close(self) -> None:
         self.kubelet.stop()
-        if self.plugin is not None:
+        if self.service is not None:
+            self.service.stop(1.0)
+        elif self.plugin is not None:
             self.plugin.stop(1.0)
 
 

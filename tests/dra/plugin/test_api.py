@@ -46,3 +46,11 @@ def test_wire_fields_are_the_protos():
 def test_service_names_are_the_kubelets():
     assert api.SERVICES == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
     assert api.PLUGIN_TYPE == "DRAPlugin"
+
+
+def test_the_grpc_service_names_served_are_the_generated_ones():
+    """The plugin serves both names with v1's messages (agent.dra.plugin): each name must be the
+    full service name of its own proto, kubelet's method paths' prefix."""
+    for version, module in (("v1", v1_pb2), ("v1beta1", v1beta1_pb2)):
+        assert api.GRPC_SERVICES[f"{version}.DRAPlugin"] == module.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
+    assert tuple(api.GRPC_SERVICES) == api.SERVICES

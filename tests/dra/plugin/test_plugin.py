@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 
-from agent.deviceplugin.server import socket_identity
+from agent.deviceplugin.sockets import socket_identity
 from agent.dra import cdi
 from agent.dra.names import device_name
 from agent.dra.plugin import KubeletPlugin
@@ -184,6 +184,25 @@ def test_kubelet_restarts_in_every_form_end_registered_again(bed):
     os.unlink(plugin.registration_path)
     os.rmdir(bed.registry_dir)
     bed.kubelet.wait_registered(after=seen)
+    assert bed.kubelet.refusals == []
+
+
+def test_a_kubelet_restart_on_an_emptied_registry_is_answered_through_the_directory_watch(bed):
+    """As ``run`` starts it, the plugin's directories are watched: kubelet coming back on an
+    emptied registry directory, or the DRA socket removed, is served again at once. The look
+    every ``check_interval`` is an hour here, so only the watch can do it."""
+    plugin = bed.start_plugin(watched=True, check_interval=3600)
+    bed.kubelet.start().wait_registered()
+    ref = bed.claim("tpu", [APEX_NAME])
+    assert bed.kubelet.prepare(ref).claims[ref[2]].error == ""
+    seen = len(bed.kubelet.infos)
+    bed.kubelet.restart(wipe=True)
+    bed.kubelet.wait_registered(after=seen)
+    assert bed.kubelet.prepare(ref).claims[ref[2]].error == ""
+    identity = socket_identity(plugin.socket_path)
+    os.unlink(plugin.socket_path)
+    bed.kubelet.wait_for(lambda: socket_identity(plugin.socket_path) not in (None, identity))
+    assert bed.kubelet.unprepare(ref).claims[ref[2]].error == "" and cdi.claim_specs(bed.cdi_dir) == set()
     assert bed.kubelet.refusals == []
 
 
