@@ -10,12 +10,17 @@
   server stores it; floor: one LIST of the node's slices (the read each sync starts with);
 - slice writes at steady state (the same devices published ``--runs`` times) and across a
   restart (a new publisher on the same slices): counted POST/PUT/DELETE requests, target 0;
+- API requests at steady state: the agent in-process on the coral-usb host, ``--passes``
+  resyncs (full rediscovery, the devices unchanged) after the first publish; every request the
+  server logged, by method and path, per pass; per hour = per pass x the passes an hour brings
+  (one resync every ``Settings.resync_interval``) + each watch's reconnects (one every
+  ``timeoutSeconds``, 900 s);
 - RSS of ``node-feature-agent run`` (this venv) on the edge-ai host with ``--dra=off`` and
   ``--dra=on``, ``--settle`` s after the Node is labelled (psutil, as bench/memory.py).
 
 Prints numbers, asserts nothing.
 
-    .venv/bin/python bench/dra.py --runs 200 --cycles 20
+    .venv/bin/python bench/dra.py --runs 200 --cycles 20 --passes 50
 """
 
 from __future__ import annotations
@@ -103,6 +108,46 @@ def hotplug(cycles: int, dra: bool, tmp: Path) -> list[float]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def steady_requests(passes: int, tmp: Path) -> None:
+    """API requests the agent makes per resync pass with nothing changed, from the server's log."""
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        host = CoralHost(tmp)
+        sender, receiver = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        settings = Settings(node_name=NODE, rules_dirs=[str(REPO / "labels")], host_root=str(host.root),
+                            metrics_port=None, watch_rules=False, startup_jitter=0, dra="v1")
+        agent = Agent(settings, NodeApi.from_configuration(server.client_configuration()),
+                      event_source=SocketSource(receiver)).start()
+        try:
+            wait_for(lambda: slice_devices(server) == 1 and agent.dra is not None and agent.dra.publisher is not None
+                     and agent.dra.publisher.synced.is_set(), timeout=60, what="first publish")
+            time.sleep(0.5)  # the first pass's echoes settle
+            server.clear_requests()
+            for _ in range(passes):
+                before = agent.passes
+                agent.resync()
+                wait_for(lambda before=before: agent.passes > before, timeout=30, interval=0.005, what="pass")
+                assert agent.dra is not None and agent.dra.publisher is not None
+                wait_for(agent.dra.publisher.synced.is_set, timeout=30, interval=0.005, what="sync")
+            logged = server.requests
+        finally:
+            agent.stop(timeout=5)
+            sender.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+    kinds: dict[str, int] = {}
+    for r in logged:
+        what = f"{r.method} {r.path}" + (" (watch)" if r.query.get("watch") in ("true", "1") else "")
+        kinds[what] = kinds.get(what, 0) + 1
+    per_pass = len(logged) / passes
+    hourly = per_pass * 3600 / Settings.resync_interval
+
+    print(f"API requests at steady state: {len(logged)} in {passes} resync passes ({per_pass:.2f} per pass): "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(kinds.items())))
+    print(f"  per hour (a resync every {Settings.resync_interval:.0f} s): {hourly:.1f} from passes "
+          f"+ watch reconnects (4 per watch per hour)")
+
+
+
 def tpu(n: int) -> PluginDevice:
     return PluginDevice(f"pci-0000:0{n}:00.0", (DeviceNode(f"/dev/apex_{n}", f"/dev/apex_{n}"),), numa_node=0,
                         attributes=(("address", f"0000:0{n}:00.0"), ("bus", "pci"), ("vendor", "1ac1")))
@@ -182,21 +227,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--cycles", type=int, default=20, help="unplug/plug cycles of the hotplug figure")
+    parser.add_argument("--passes", type=int, default=50, help="resync passes of the steady-state request count")
+    parser.add_argument("--only", choices=("requests", "hotplug", "publisher", "rss"), action="append")
     parser.add_argument("--settle", type=float, default=10.0)
     parser.add_argument("--window", type=float, default=5.0)
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="nfa-dra-"))
+    only = set(args.only or ("requests", "hotplug", "publisher", "rss"))
     try:
-        with_dra = hotplug(args.cycles, True, tmp / "dra")
-        without = hotplug(args.cycles, False, tmp / "labels")
-        print(f"hotplug -> ResourceSlice updated ({len(with_dra)} events): {fmt(with_dra)}; floor (hotplug -> "
-              f"label, same run): {fmt(without)}; ratio {statistics.median(with_dra) / statistics.median(without):.2f}x "
-              "(target p99 <= 100 ms)")
-        publisher_figures(args.runs)
-        off = rss("off", args.settle, args.window, tmp)
-        on = rss("on", args.settle, args.window, tmp)
-        print(f"RSS of run on edge-ai: --dra=off {off:.1f} MiB, --dra=on {on:.1f} MiB, +{on - off:.1f} MiB "
-              "(target within 5 MiB)")
+        if "requests" in only:
+            steady_requests(args.passes, tmp / "steady")
+        if "hotplug" in only:
+            with_dra = hotplug(args.cycles, True, tmp / "dra")
+            without = hotplug(args.cycles, False, tmp / "labels")
+            print(f"hotplug -> ResourceSlice updated ({len(with_dra)} events): {fmt(with_dra)}; floor (hotplug -> "
+                  f"label, same run): {fmt(without)}; ratio "
+                  f"{statistics.median(with_dra) / statistics.median(without):.2f}x (target p99 <= 100 ms)")
+        if "publisher" in only:
+            publisher_figures(args.runs)
+        if "rss" in only:
+            off = rss("off", args.settle, args.window, tmp)
+            on = rss("on", args.settle, args.window, tmp)
+            print(f"RSS of run on edge-ai: --dra=off {off:.1f} MiB, --dra=on {on:.1f} MiB, +{on - off:.1f} MiB "
+                  "(target within 5 MiB)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
