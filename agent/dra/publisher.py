@@ -123,7 +123,7 @@ class SlicePublisher:
                  on_sync: Callable[[str], None] = lambda _result: None,
                  on_contested: Callable[[str | None], None] = lambda _why: None,
                  on_dropped: Callable[[str, Mapping[str, str]], None] = lambda _device, _lost: None,
-                 backoff: tuple[float, float] = (1.0, 30.0), contest: ContestSettings = ContestSettings(),  # noqa: B008
+                 backoff: tuple[float, float] = (1.0, 30.0), contest: ContestSettings = ContestSettings(),
                  watch_settings: ReflectorSettings = SETTINGS,
                  on_ignored: Callable[[str, str], None] | None = None) -> None:
         self.watched = WatchedSlices(api_client, node.name, version, on_change=self._watched_change,

@@ -280,10 +280,13 @@ class Reflector:
             except Exception as exc:  # noqa: BLE001 - any failure of a watch is retried after the backoff
                 if self._stop.is_set():
                     return
-                if self.on_readable is not None:
-                    self.on_readable(describe(exc))
+                self._readable(describe(exc))
                 self._error(exc)
                 need_list = need_list or not self.resource_version
+
+    def _readable(self, why: str | None, complete: bool = True) -> None:
+        if self.on_readable is not None:
+            self.on_readable(why if complete else "a LIST page over max_page_bytes was not read")
 
     def _wait(self, seconds: float) -> None:
         """Every pause of the loop (ends at once on ``stop``)."""
@@ -335,8 +338,7 @@ class Reflector:
         self._touch()
         with self.gate:
             listing.end(complete)
-        if self.on_readable is not None:
-            self.on_readable(None if complete else "a LIST page over max_page_bytes was not read")
+        self._readable(None, complete)
 
     def _page(self, limit: int | None, token: str) -> bytes | None:
         """One LIST page's body, or None when it is over ``max_page_bytes`` (read no further)."""
@@ -376,8 +378,7 @@ class Reflector:
             self._response = response
         if self._stop.is_set():
             response.shutdown()
-        if self.on_readable is not None:
-            self.on_readable(None)
+        self._readable(None)
         started = time.monotonic()
         lines = usable = 0
         ended = False

@@ -15,8 +15,18 @@ from kubernetes import client
 
 from agent.deviceplugin.model import DeviceNode, PluginDevice, ResourceDevices
 from agent.dra.names import DRIVER
-from agent.dra.slices import (MAX_ATTRIBUTES, NOT_READY_TAINT, PAST_BOUND, TOO_LONG, Node, NotYet, ReadFailed,
-                               SliceWriter, bounded, published_devices)
+from agent.dra.slices import (
+    MAX_ATTRIBUTES,
+    NOT_READY_TAINT,
+    PAST_BOUND,
+    TOO_LONG,
+    Node,
+    NotYet,
+    ReadFailed,
+    SliceWriter,
+    bounded,
+    published_devices,
+)
 from agent.dra.watched import WatchedSlices
 from agent.kube.backoff import BackoffSettings
 from agent.kube.reflector import ReflectorSettings
