@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.deviceplugin.model import ResourceDevices
-from agent.dra.slices import Node, NotYet, Published, ReadFailed, Refused, SliceWriter, published_devices
+from agent.dra.slices import Node, NotYet, Published, ReadFailed, Refused, SliceWriter, dropped_text, published_devices
 from agent.dra.watched import SETTINGS, WatchedSlices
 from agent.kube.reflector import ReflectorSettings
 
@@ -195,8 +195,7 @@ class SlicePublisher:
         """Attributes left out of a device: told once per device change, not per pass."""
         for device, lost in sorted(published.dropped.items()):
             if self._dropped.get(device) != lost:
-                log.warning("device %s published without attribute(s) %s", device,
-                            ", ".join(f"{name} ({why})" for name, why in sorted(lost.items())),
+                log.warning("device %s published without attribute(s) %s", device, dropped_text(lost),
                             extra={"node": self.writer.node.name, "event": "dra-attributes-dropped"})
                 self.on_dropped(device, lost)
         self._dropped = published.dropped

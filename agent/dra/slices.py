@@ -82,6 +82,13 @@ KEEP_ORDER = ("class", "resource", "stableID", "ready", "replica", "@capacity", 
 TOO_LONG = "too-long"
 PAST_BOUND = "bound"
 INVALID_NAME = "invalid-name"
+#: why an attribute was left out, as the operator reads it (log, Event, ``explain``)
+DROP_WHY = {TOO_LONG: "a value longer than 64 bytes", PAST_BOUND: "past 32 attributes + capacities",
+            INVALID_NAME: "not a valid attribute name"}
+
+
+def dropped_text(lost: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} ({DROP_WHY.get(why, why)})" for name, why in sorted(lost.items()))
 
 
 def device_attributes(resource: str, device: PluginDevice, replica: int,

@@ -24,7 +24,7 @@ from typing import Any
 from agent.desired import DesiredNodeState
 from agent.deviceplugin.model import ResourceDevices
 from agent.dra.publisher import SlicePublisher
-from agent.dra.slices import INVALID_NAME, PAST_BOUND, TOO_LONG, Node
+from agent.dra.slices import Node, dropped_text
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.device_service import UnreadHold
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 
 REASON_CONTESTED = "ResourceSlicesContested"
 REASON_DROPPED = "ResourceSliceAttributesDropped"
-WHY = {TOO_LONG: "a value longer than 64 bytes", PAST_BOUND: "past 32 attributes + capacities",
-       INVALID_NAME: "not a valid attribute name"}
 
 
 class DraService:
@@ -100,8 +98,7 @@ class DraService:
     def _dropped(self, device: str, lost: Mapping[str, str]) -> None:
         """Attributes a device could not carry (once per device change): the metric, one Warning."""
         self.metrics.dra_dropped(lost)
-        self.on_warning(REASON_DROPPED, f"device {device} is published without attribute(s) "
-                        + ", ".join(f"{name} ({WHY[why]})" for name, why in sorted(lost.items())))
+        self.on_warning(REASON_DROPPED, f"device {device} is published without attribute(s) {dropped_text(lost)}")
 
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
         """This pass's devices to the slice publisher (never waits on the API server)."""
