@@ -111,7 +111,7 @@ class Contest:
                f"{self.settings.window:.0f} s; they are left as it set them for {self._hold:.0f} s, then put back "
                "once more (deploy/dra.md \"Another writer\")")
         self._hold = min(self.settings.max_hold, self._hold * 2)
-        log.warning("%s", why, extra={"event": "dra-contested"})
+        log.warning("%s", why, extra={"event": "dra-contested"})  # once per hold: at most one a minute
         if not self.contested:
             self.contested = True
             self.on_contested(why)
@@ -167,8 +167,8 @@ class SlicePublisher:
         self._wake.set()
 
     def _watched_change(self, foreign: bool) -> None:
-        if foreign:
-            log.info("a ResourceSlice of this node was changed by another writer; comparing",
+        if foreign:  # debug: a writer fighting over the slices would flood the log (the contest warns)
+            log.debug("a ResourceSlice of this node was changed by another writer; comparing",
                      extra={"node": self.writer.node.name, "event": "dra-foreign-change"})
         self._wake.set()
 
