@@ -39,6 +39,10 @@ CASES: dict[str, dict[str, Any]] = {
     "poll-interval": {"udev": {"mode": "poll"}, "pollInterval": 2.5, "resyncInterval": 120},
     "device-plugin": {"devicePlugin": {"enabled": True, "hostDir": "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"}},
     "dra-auto": {"dra": {"mode": "auto"}},
+    "dra-classes": {"dra": {"mode": "auto", "deviceClasses": True}},
+    "dra-classes-1.34": {"dra": {"mode": "auto", "deviceClasses": True}},
+    "dra-classes-1.33-v1beta1-served": {"dra": {"mode": "auto", "deviceClasses": True}},
+    "bad-dra-classes-1.33-not-served": {"dra": {"mode": "auto", "deviceClasses": True}},
     "pod-guard-evict": {"podGuard": {"enabled": True, "evictOrphans": True}},
     "no-admission-policy": {"admissionPolicy": {"enabled": False}},
     "own-catalogue-only": {"catalogue": {"builtin": False, "extraRules": {
@@ -72,6 +76,9 @@ CLUSTERS: dict[str, dict[str, Any]] = {
     "placement-auto-1.35-v1beta1-served": {"kube_version": "v1.35.0", "api_versions": [V1BETA1_POLICY]},
     "bad-placement-policy-on-1.33": {"kube_version": "v1.33.4"},
     "bad-placement-v1beta1-not-served": {"kube_version": "v1.35.0"},
+    "dra-classes-1.34": {"kube_version": "v1.34.0"},
+    "dra-classes-1.33-v1beta1-served": {"kube_version": "v1.33.4", "api_versions": ["resource.k8s.io/v1beta1/DeviceClass"]},
+    "bad-dra-classes-1.33-not-served": {"kube_version": "v1.33.4"},
 }
 
 
@@ -247,6 +254,28 @@ def test_dra_render_mounts_the_plugin_s_directories_read_write_and_runs_as_root(
     assert pod["securityContext"]["runAsUser"] == 0 and container(render)["securityContext"]["runAsUser"] == 0
     default = daemonset(renders["default"])["spec"]["template"]["spec"]
     assert not set(DRA_HOST_DIRS) & {v["name"] for v in default["volumes"]}
+
+
+def test_device_classes_are_of_the_version_the_cluster_serves(renders):
+    """dra.deviceClasses renders deploy/device-classes.yaml (v1, extendedResourceName) where the
+    cluster serves resource.k8s.io/v1 (1.34+: GA), deploy/device-classes-v1beta1.yaml where it
+    serves only v1beta1 (1.32-1.33 with the API on; discovery lists the kind), and refuses a
+    cluster serving neither; without it no class is rendered."""
+    def classes(case: str) -> list[dict[str, Any]]:
+        return [d for d in objects(renders[case]) if d["kind"] == "DeviceClass"]
+
+    def shipped(name: str) -> list[dict[str, Any]]:
+        return [d for d in yaml.safe_load_all((REPO / "deploy" / name).read_text()) if d]
+
+    assert classes("dra-auto") == []
+    assert classes("dra-classes") == shipped("device-classes.yaml")  # the engine's default cluster: 1.36
+    assert classes("dra-classes-1.34") == shipped("device-classes.yaml")
+    assert classes("dra-classes-1.33-v1beta1-served") == shipped("device-classes-v1beta1.yaml")
+    assert all("extendedResourceName" not in d["spec"] for d in classes("dra-classes-1.33-v1beta1-served"))
+    refused = renders["bad-dra-classes-1.33-not-served"]
+    assert "manifests" not in refused
+    assert "dra.deviceClasses=true needs DeviceClasses of resource.k8s.io v1" in refused["error"]
+    assert "v1.33.4" in refused["error"] and "--api-versions resource.k8s.io/v1beta1/DeviceClass" in refused["error"]
 
 
 def test_optional_objects_render_only_when_asked(renders):

@@ -38,6 +38,7 @@ SCHEMA_VERSIONS = tuple(v for v in sorted(set(all_versions()), key=lambda v: tup
 # kinds newer than the oldest version we support: checked against the first release serving them
 INTRODUCED = {("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy"): "1.34.0",
               ("resource.k8s.io/v1", "DeviceClass"): "1.34.0",
+              ("resource.k8s.io/v1beta1", "DeviceClass"): "1.32.0",
               ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicyBinding"): "1.34.0",
               ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "1.36.0",
               ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): "1.36.0"}

@@ -123,4 +123,10 @@ def dra_lines(args: argparse.Namespace, state: Any, resource: str) -> list[str]:
         for name, why in sorted(published.left_out.items()):
             if published.where.get(name) == resource:
                 lines.append(f"      {name}: left out: {why}")
+    state = resolved.get(resource)
+    if state is not None and state.shares > 1 and state.devices:
+        one = published_devices({resource: state}, taints=True, consumable=True)
+        lines.append(f"    shared {state.shares} ways: where the API server has consumable capacity (1.36+) one "
+                     f"device each, allowMultipleAllocations and capacity shares={state.shares} ("
+                     + ", ".join(d["name"] for d in one.devices) + "); elsewhere the replicas above")
     return lines

@@ -18,8 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_policy_arguments(parser)
     parser.add_argument("--strict", action="store_true", help="treat warnings (ignored files, duplicates) as errors")
     parser.add_argument("--device-classes", metavar="FILE",
-                        help="also check these DeviceClasses' CEL selectors (deploy/device-classes.yaml); without it, "
-                             "the classes the catalogue implies are checked")
+                        help="also check these DeviceClasses' CEL selectors (deploy/device-classes.yaml or "
+                             "device-classes-v1beta1.yaml); without it, the classes the catalogue implies (v1 and "
+                             "v1beta1) are checked")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,16 +48,18 @@ def device_class_problems(catalogue: object, path: str | None) -> list[str]:
     import yaml
 
     from agent.dra.cel_check import available, problems
-    from agent.dra.classes import device_classes
+    from agent.dra.classes import VERSIONS, class_name, device_classes, resources
 
     if not available():
         print("warning: DeviceClass CEL not checked: cel-python is not installed on this platform", file=sys.stderr)
         return []
+    known = {class_name(r): r for r in resources(catalogue)}  # type: ignore[arg-type]
     if path is None:
-        return problems(device_classes(catalogue))  # type: ignore[arg-type]
+        return [p for version in VERSIONS
+                for p in problems(device_classes(catalogue, version), known)]  # type: ignore[arg-type]
     try:
         with open(path, encoding="utf-8") as handle:
             docs = [d for d in yaml.safe_load_all(handle) if isinstance(d, dict) and d.get("kind") == "DeviceClass"]
     except (OSError, yaml.YAMLError) as exc:
         return [f"{path}: cannot read: {exc}"]
-    return problems(docs)
+    return problems(docs, known)

@@ -78,12 +78,18 @@ def _check(env: Any, name: str, index: int, expression: str, resource: str, reso
     return found
 
 
-def problems(classes: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``<class>: <why>`` for every selector that does not compile or selects the wrong devices."""
+def problems(classes: Iterable[Mapping[str, Any]], known: Mapping[str, str] | None = None) -> list[str]:
+    """``<class>: <why>`` for every selector that does not compile or selects the wrong devices.
+
+    A class's resource is its ``extendedResourceName``, or (a ``v1beta1`` class has none) the
+    resource ``known`` maps its name to (``agent.dra.classes.class_name``); a class with
+    neither is only checked for what it must not select."""
     import celpy
 
     classes = list(classes)
-    resources = [str((c.get("spec") or {}).get("extendedResourceName") or "") for c in classes]
+    known = known or {}
+    resources = [str((c.get("spec") or {}).get("extendedResourceName")
+                     or known.get(str((c.get("metadata") or {}).get("name")), "")) for c in classes]
     found: list[str] = []
     env = celpy.Environment()
     for device_class, resource in zip(classes, resources, strict=True):

@@ -26,7 +26,10 @@ an error string per claim, idempotent):
 2. only results of ``status.allocation.devices.results`` whose driver is ours are served (a
    claim with none gets an empty answer); each must be in this node's pool and name a device
    published in this pass (``agent.dra.names``) that is healthy and ready, else the claim fails
-   saying which device and why;
+   saying which device and why. A shared device is one device several claims hold at once,
+   each result with its ``shareID`` (published with ``allowMultipleAllocations``,
+   ``agent.dra.slices``), or a replica ``-r<k>`` of it: both are prepared the same way, each
+   claim with its own CDI spec, so unpreparing one claim leaves the others' devices as they are;
 3. a claim the checkpoint already records with other devices (its allocation changed while we
    were not running) fails: kubelet must unprepare it first;
 4. the CDI spec is written (``agent.dra.cdi``), then the checkpoint (both atomic); the answer
@@ -89,11 +92,11 @@ class ClaimError(Exception):
 @dataclass(frozen=True)
 class Prepared:
     """What the checkpoint keeps of a prepared claim: its identity, the devices of ours in its
-    allocation as (request, pool, device), and the CDI spec written for it."""
+    allocation as (request, pool, device, share ID or ""), and the CDI spec written for it."""
 
     namespace: str
     name: str
-    results: tuple[tuple[str, str, str], ...]
+    results: tuple[tuple[str, str, str, str], ...]
     spec: Mapping[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
@@ -102,8 +105,10 @@ class Prepared:
 
     @staticmethod
     def from_dict(data: Any) -> Prepared:
-        results = tuple(tuple(str(x) for x in r) for r in data["results"])
-        if any(len(r) != 3 for r in results) or not isinstance(data["spec"], dict):
+        """An entry as ``as_dict`` wrote it; one of three fields per result (written before
+        share IDs were kept) has none."""
+        results = tuple((*(str(x) for x in r), "")[:4] for r in data["results"])
+        if any(len(r) not in (3, 4) for r in data["results"]) or not isinstance(data["spec"], dict):
             raise ValueError("malformed entry")
         return Prepared(str(data["namespace"]), str(data["name"]), results, data["spec"])  # type: ignore[arg-type]
 
@@ -133,9 +138,9 @@ def load_checkpoint(path: str, bounded: Callable[[str], None] = lambda _text: No
         return {}
 
 
-def allocation_results(claim: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(request, pool, device) of every allocation result of our driver; ClaimError when the
-    claim is not allocated or its allocation is not the API's shape."""
+def allocation_results(claim: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(request, pool, device, share ID or "") of every allocation result of our driver;
+    ClaimError when the claim is not allocated or its allocation is not the API's shape."""
     allocation = (claim.get("status") or {}).get("allocation") if isinstance(claim.get("status"), dict) else None
     if not isinstance(allocation, dict):
         raise ClaimError("the claim is not allocated (no status.allocation): kubelet prepares only allocated claims")
@@ -147,8 +152,11 @@ def allocation_results(claim: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if not isinstance(result, dict) or not all(isinstance(result.get(k), str)
                                                    for k in ("request", "driver", "pool", "device")):
             raise ClaimError(f"status.allocation.devices.results[{index}] is not a device allocation result")
+        share = result.get("shareID")
+        if share is not None and not isinstance(share, str):
+            raise ClaimError(f"status.allocation.devices.results[{index}].shareID is not a string")
         if result["driver"] == DRIVER:
-            ours.append((result["request"], result["pool"], result["device"]))
+            ours.append((result["request"], result["pool"], result["device"], share or ""))
     return ours
 
 
@@ -330,10 +338,12 @@ class KubeletPlugin:
             if earlier is not None and earlier.results != results:
                 raise ClaimError(f"its allocation changed since it was prepared (prepared {_shown(earlier.results)}, "
                                  f"now {_shown(results)}); kubelet must unprepare it first")
-            devices = [self._device_for(request_name, pool, device) for request_name, pool, device in results]
+            # one CDI device per device: two shares of one device in a claim pass the same nodes
+            devices = {device: self._device_for(request_name, pool, device)
+                       for request_name, pool, device, _share in results}
             entry = Prepared(namespace, name, results, cdi.spec(
                 cdi.CdiDevice(cdi.cdi_name(uid, dev_name), d.nodes, state.env, state.mounts)
-                for dev_name, (state, d) in zip((r[2] for r in results), devices, strict=True)))
+                for dev_name, (state, d) in devices.items()))
             if results:
                 self._write_spec(uid, entry)
                 self._prepared[uid] = entry
@@ -359,7 +369,7 @@ class KubeletPlugin:
 
     def _answer(self, uid: str, entry: Prepared) -> list[tuple[str, str, str, list[str]]]:
         return [(request_name, pool, device, [cdi.qualified(cdi.cdi_name(uid, device))])
-                for request_name, pool, device in entry.results]
+                for request_name, pool, device, _share in entry.results]
 
     def _write_spec(self, uid: str, entry: Prepared) -> None:
         path = cdi.spec_path(self.cdi_dir, uid)
@@ -415,8 +425,9 @@ class KubeletPlugin:
             return frozenset(self._prepared)
 
 
-def _shown(results: tuple[tuple[str, str, str], ...]) -> str:
-    return ", ".join(f"{pool}/{device}" for _r, pool, device in results) or "none of ours"
+def _shown(results: tuple[tuple[str, str, str, str], ...]) -> str:
+    return ", ".join(f"{pool}/{device}" + (f" (share {share})" if share else "")
+                     for _r, pool, device, share in results) or "none of ours"
 
 
 class _Registration(reg_grpc.RegistrationServicer):

@@ -12,7 +12,8 @@ or deleted by someone else is put back at once, a write waiting for the watch go
 watch has caught up. Before the first LIST, or while the watch cannot be read, nothing is
 written (``held``). A write that failed is retried after a backoff (1 s doubling to 30 s); what
 the server holds stays as it is meanwhile. The writer needs nothing of the kubelet plugin:
-slices are published whether or not it runs.
+slices are published whether or not it runs. Shared devices go in the form the server keeps
+(``agent.dra.sharing``).
 
 Another writer on the same slices (``Contest``): putting back content someone else changed is
 a *repair*. The ``limit``-th repair within ``window`` seconds starts a hold: the slices are left
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.deviceplugin.model import ResourceDevices
+from agent.dra.sharing import SharingProbe
 from agent.dra.slices import Node, NotYet, Published, ReadFailed, Refused, SliceWriter, dropped_text, published_devices
 from agent.dra.watched import SETTINGS, WatchedSlices
 from agent.kube.reflector import ReflectorSettings
@@ -129,6 +131,7 @@ class SlicePublisher:
         self.watched = WatchedSlices(api_client, node.name, version, on_change=self._watched_change,
                                      settings=watch_settings, on_ignored=on_ignored)
         self.writer = SliceWriter(api_client, node, version, self.watched, on_write=on_write)
+        self.sharing = SharingProbe(self.writer._call, node, version)
         self.taints = taints
         self.on_sync = on_sync
         self.backoff = backoff
@@ -175,7 +178,7 @@ class SlicePublisher:
     def _run(self) -> None:
         delay: float | None = None
         last_delay = 0.0
-        published: Published | None = None
+        latest: Mapping[str, ResourceDevices] | None = None
         while not self._stop.is_set():
             self._wake.wait(delay)
             self._wake.clear()
@@ -183,13 +186,21 @@ class SlicePublisher:
                 return
             with self._lock:
                 if self._pending is not None:
-                    published = published_devices(self._pending, taints=self.taints)
-                    self._pending = None
-                    self.published = published
-                    self._report_dropped(published)
-            if published is None:
+                    latest, self._pending = self._pending, None
+            if latest is None:
                 continue
-            delay, last_delay = self._sync(published, last_delay)
+            delay, last_delay = self._sync(latest, last_delay)
+
+    def _devices(self, resources: Mapping[str, ResourceDevices]) -> Published:
+        """This sync's devices: shared ones once where the server keeps consumable capacity (asked
+        once; the watched slices must still show it kept), else as replicas."""
+        consumable = self.sharing.consumable(resources)
+        if consumable and not self.sharing.verify(self.watched.state()):
+            consumable = False
+        published = published_devices(resources, taints=self.taints, consumable=consumable)
+        self.published = published
+        self._report_dropped(published)
+        return published
 
     def _report_dropped(self, published: Published) -> None:
         """Attributes left out of a device: told once per device change, not per pass."""
@@ -200,12 +211,13 @@ class SlicePublisher:
                 self.on_dropped(device, lost)
         self._dropped = published.dropped
 
-    def _sync(self, published: Published, last_delay: float) -> tuple[float | None, float]:
+    def _sync(self, resources: Mapping[str, ResourceDevices], last_delay: float) -> tuple[float | None, float]:
         """One sync; returns when to try again unwoken (None: at the next publish or watch
         change) and the backoff's last delay."""
         first, cap = self.backoff
         retry = min(cap, last_delay * 2) if last_delay else first
         try:
+            published = self._devices(resources)
             if not self.writer.differs(published.devices):
                 self.contest.settle()
                 self._done(published, "unchanged")
@@ -224,7 +236,7 @@ class SlicePublisher:
             log.warning("ResourceSlices not read (%s); they are held as they are", exc,
                         extra={"node": self.writer.node.name, "event": "dra-held"})
             self.on_sync("held")
-            return None, last_delay  # the watch's recovery wakes the thread
+            return retry, retry  # the watch's recovery wakes the thread sooner; a failed probe needs the timer
         except Exception as exc:  # noqa: BLE001 - a refused write, a lost connection: retry
             log.warning("writing ResourceSlices failed (%s); retrying", exc,
                         extra={"node": self.writer.node.name, "event": "dra-error"})

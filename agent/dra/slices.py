@@ -7,9 +7,14 @@ the API server's own, ``pkg/apis/resource/validation/validation.go``):
 - ``spec.driver`` ``node-feature-agent.io``, ``spec.nodeName`` the node, ``spec.pool``
   ``{name: node, generation, resourceSliceCount}``; an ownerReference to the Node (its uid), so
   the slices go with the Node;
-- one device per device instance and replica (``ResourceDevices.shares``), named by
-  ``agent.dra.names.device_name``; at most 128 devices per slice (``ResourceSliceMaxDevices``),
-  64 when a device carries a taint (``ResourceSliceMaxDevicesWithAdvancedFeatures``);
+- one device per device instance, named by ``agent.dra.names.device_name``; a device the
+  catalogue shares N ways (``ResourceDevices.shares``) is, where the server has consumable
+  capacity (``consumable=True``, ``agent.dra.sharing``), that one device with
+  ``allowMultipleAllocations: true`` and the capacity ``shares`` of value N whose
+  ``requestPolicy`` makes every allocation take exactly 1 (``default: 1``, ``validValues:
+  [1]``), so the scheduler gives it to at most N claims at once; elsewhere N devices, the
+  replicas ``-r<k>``; at most 128 devices per slice (``ResourceSliceMaxDevices``), 64 when a
+  device carries a taint (``ResourceSliceMaxDevicesWithAdvancedFeatures``);
 - attributes: the standard ``resource.kubernetes.io/pciBusID``, ``pcieRoot``, ``numaNode``
   where the host tells them, and the driver's own (no domain: the driver's): ``class`` (the
   resource's last path segment, what the DeviceClasses select on), ``resource``, ``bus``,
@@ -38,6 +43,7 @@ is written (``NotYet``, ``ReadFailed``).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -62,6 +68,14 @@ MAX_ATTRIBUTES = 32
 MAX_ID = 32
 MAX_VALUE = 64
 NOT_READY_TAINT = f"{DRIVER}/not-ready"
+SHARES = "shares"
+"""The capacity a shared device's allocations consume, one each (``DeviceCapacity``,
+``CapacityRequestPolicy``; KEP-5075). Its name has no domain: the driver's."""
+ONE_SHARE = {"default": "1", "validValues": ["1"]}
+"""A request that names no ``shares`` capacity consumes ``default`` (the allocator's
+``fillEmptyRequestQuantity``); one asking for more than 1 matches no valid value and the device
+is not allocated to it (``roundUpValidValues``/``violatesPolicy``, k8s.io/dynamic-resource-
+allocation ``structured/internal/*/consumable_capacity.go``)."""
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # the matched device's attribute -> the slice attribute it becomes (PluginDevice.attributes)
@@ -157,19 +171,29 @@ class Published:
     dropped: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # device -> {attribute: why}
 
 
-def published_devices(resources: Mapping[str, ResourceDevices], *, taints: bool) -> Published:
+def shared(shares: int) -> dict[str, Any]:
+    """The fields that make one device allocatable to ``shares`` claims at once."""
+    return {"allowMultipleAllocations": True,
+            "capacity": {SHARES: {"value": str(shares), "requestPolicy": dict(ONE_SHARE)}}}
+
+
+def published_devices(resources: Mapping[str, ResourceDevices], *, taints: bool,
+                      consumable: bool = False) -> Published:
+    """``consumable``: the server keeps ``allowMultipleAllocations`` (``agent.dra.sharing``)."""
     devices: list[dict[str, Any]] = []
     left_out: dict[str, str] = {}
     where: dict[str, str] = {}
     dropped: dict[str, dict[str, str]] = {}
     for resource in sorted(resources):
         state = resources[resource]
+        sharing = shared(state.shares) if consumable and state.shares > 1 else {}
         for device in state.devices:
-            for replica in range(max(1, state.shares)):
+            for replica in range(1 if sharing else max(1, state.shares)):
                 name = device_name(resource, device.id, replica)
                 where[name] = resource
                 lost: dict[str, str] = {}
-                entry: dict[str, Any] = {"name": name, "attributes": device_attributes(resource, device, replica, lost)}
+                entry: dict[str, Any] = {"name": name, "attributes": device_attributes(resource, device, replica, lost),
+                                         **copy.deepcopy(sharing)}
                 if not device.healthy:
                     if not taints:
                         left_out[name] = device.why
@@ -188,17 +212,25 @@ def chunks(devices: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [list(devices[i:i + size]) for i in range(0, len(devices), size)]
 
 
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _no_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def _normal_device(device: Any) -> dict[str, Any]:
-    """A device as compared: name, attributes, taints by (key, value, effect); ``basic``
-    (v1beta1) unwrapped; anything the server adds (a taint's ``timeAdded``) ignored."""
+    """A device as compared: name, attributes, taints by (key, value, effect), whether it allows
+    multiple allocations and its capacities; ``basic`` (v1beta1) unwrapped; anything the server
+    adds (a taint's ``timeAdded``) ignored."""
     if not isinstance(device, Mapping):
         return {}
     body: Mapping[str, Any] = device["basic"] if isinstance(device.get("basic"), Mapping) else device
-    attrs = {str(k): {kk: vv for kk, vv in v.items() if vv is not None} for k, v in
-             (body.get("attributes") or {}).items() if isinstance(v, Mapping)}
+    attrs = _no_nulls({k: v for k, v in (body.get("attributes") or {}).items() if isinstance(v, Mapping)})
     taints = sorted((str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
                     for t in body.get("taints") or [] if isinstance(t, Mapping))
-    return {"name": device.get("name"), "attributes": attrs, "taints": taints}
+    capacity = _no_nulls({k: v for k, v in (body.get("capacity") or {}).items() if isinstance(v, Mapping)})
+    return {"name": device.get("name"), "attributes": attrs, "taints": taints,
+            "allowMultipleAllocations": body.get("allowMultipleAllocations") is True, "capacity": capacity}
 
 
 def _to_version(device: dict[str, Any], version: str) -> dict[str, Any]:
@@ -238,7 +270,7 @@ class SliceWriter:
         self._base = slices_path(version)
 
     # -- the API ----------------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None) -> Any:
         """One request as the generated client builds it (``param_serialize``: auth, headers,
         TLS from the same Configuration) without importing the generated ``ResourceV1Api``
         (memory, as ``agent.kube.light_core``); the answer's JSON, ``ApiException`` on non-2xx."""
@@ -246,7 +278,7 @@ class SliceWriter:
         if body is not None:
             headers["Content-Type"] = "application/json"
         request = self.api_client.param_serialize(
-            method=method, resource_path=path, path_params={}, query_params=[], header_params=headers,
+            method=method, resource_path=path, path_params={}, query_params=query or [], header_params=headers,
             body=body, post_params=[], files={}, auth_settings=["BearerToken"], collection_formats={})
         response = self.api_client.call_api(*request, _request_timeout=self.timeout)
         data = response.read()

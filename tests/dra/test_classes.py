@@ -17,13 +17,16 @@ from tests.support.apiserver import FakeApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "deploy" / "device-classes.yaml"
+SHIPPED_V1BETA1 = REPO / "deploy" / "device-classes-v1beta1.yaml"
 CHART = REPO / "deploy" / "helm" / "node-feature-agent" / "templates" / "deviceclasses.yaml"
 
 
 def test_shipped_classes_equal_the_generator_output():
-    expected = render(load_catalogue([str(REPO / "labels")]))
+    catalogue = load_catalogue([str(REPO / "labels")])
+    expected, expected_v1beta1 = render(catalogue, "v1"), render(catalogue, "v1beta1")
     assert SHIPPED.read_text() == expected
-    assert expected in CHART.read_text()
+    assert SHIPPED_V1BETA1.read_text() == expected_v1beta1
+    assert expected in CHART.read_text() and expected_v1beta1 in CHART.read_text()
 
 
 def test_the_api_server_accepts_them():
@@ -31,6 +34,36 @@ def test_the_api_server_accepts_them():
         c = client.ResourceV1Api(client.ApiClient(api.client_configuration()))
         for doc in yaml.safe_load_all(SHIPPED.read_text()):
             c.create_device_class(doc)
+    with FakeApiServer(dra_versions=("v1beta1",)) as api:
+        beta = client.ResourceV1beta1Api(client.ApiClient(api.client_configuration()))
+        for doc in yaml.safe_load_all(SHIPPED_V1BETA1.read_text()):
+            beta.create_device_class(doc)
+        assert [c.metadata.name for c in beta.list_device_class().items] == [
+            "edgetpu.node-feature-agent.io", "hailo8.node-feature-agent.io"]
+
+
+def test_v1beta1_classes_are_the_v1_ones_without_extended_resource_name():
+    """1.32-1.33's v1beta1 DeviceClassSpec has no extendedResourceName: the upstream OpenAPI
+    schema of 1.33 (kubernetes-validate's copy) refuses it, 1.34's accepts it; the shipped
+    v1beta1 classes validate strictly against 1.32 and 1.33 and select as the v1 ones do."""
+    import kubernetes_validate
+
+    v1 = list(yaml.safe_load_all(SHIPPED.read_text()))
+    v1beta1 = list(yaml.safe_load_all(SHIPPED_V1BETA1.read_text()))
+    assert [c["metadata"] for c in v1beta1] == [c["metadata"] for c in v1]
+    assert [c["spec"]["selectors"] for c in v1beta1] == [c["spec"]["selectors"] for c in v1]
+    for doc in v1beta1:
+        assert doc["apiVersion"] == "resource.k8s.io/v1beta1" and "extendedResourceName" not in doc["spec"]
+        for version in ("1.32.0", "1.33.0"):
+            kubernetes_validate.validate(doc, version, strict=True)
+    with_name = {**v1beta1[0], "spec": {**v1beta1[0]["spec"], "extendedResourceName": EDGETPU}}
+    try:
+        kubernetes_validate.validate(with_name, "1.33.0", strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        assert "extendedResourceName" in exc.message
+    else:
+        raise AssertionError("the 1.33 schema took a v1beta1 extendedResourceName")
+    kubernetes_validate.validate(with_name, "1.34.0", strict=True)
 
 
 def _selects(expression: str, device: dict) -> bool:
@@ -71,6 +104,10 @@ def _validate(tmp_path, text: str | None):
 def test_validate_checks_the_classes_cel(tmp_path):
     assert _validate(tmp_path, None).returncode == 0
     assert _validate(tmp_path, SHIPPED.read_text()).returncode == 0
+    assert _validate(tmp_path, SHIPPED_V1BETA1.read_text()).returncode == 0
+    # a v1beta1 class has no extendedResourceName: its resource is the one its name stands for
+    beta = _validate(tmp_path, SHIPPED_V1BETA1.read_text().replace('class == "edgetpu"', 'class == "edgeTPU"'))
+    assert beta.returncode == 1 and "does not select a node-feature-agent.io/edgetpu device" in beta.stderr
     wrong = _validate(tmp_path, SHIPPED.read_text().replace('class == "edgetpu"', 'class == "edgeTPU"'))
     assert wrong.returncode == 1 and "does not select a node-feature-agent.io/edgetpu device" in wrong.stderr
     broken = _validate(tmp_path, SHIPPED.read_text().replace('class == "hailo8"', 'class == == "hailo8"'))

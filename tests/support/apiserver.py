@@ -447,16 +447,20 @@ class FakeApiServer:
     ``nfd_crds`` (serve NFD's CRDs from the start; ``custom.install()``/``uninstall()`` later),
     ``dra_versions`` (the ``resource.k8s.io`` versions served, preferred first; ``()``: none) and
     ``dra_device_taints`` (the ``DRADeviceTaints`` feature: device taints kept and
-    ``devicetaintrules`` discovered), see ``dra_resources.py``.
+    ``devicetaintrules`` discovered), ``dra_consumable_capacity`` (the ``DRAConsumableCapacity``
+    feature: a device's ``allowMultipleAllocations`` and capacities' ``requestPolicy`` kept), see
+    ``dra_resources.py``.
     """
 
     def __init__(self, *, token: str | None = None, check_resource_names: bool = True, kubelet: bool = True,
                  bookmark_interval: float = 1.0, watch_timeout: float = 300.0, watch_410: str = "event",
                  compact_interval: float | None = None, nfd_crds: bool = False,
-                 dra_versions: tuple[str, ...] = ("v1", "v1beta1"), dra_device_taints: bool = False) -> None:
+                 dra_versions: tuple[str, ...] = ("v1", "v1beta1"), dra_device_taints: bool = False,
+                 dra_consumable_capacity: bool = False) -> None:
         self.token = token
         self.dra_versions = tuple(dra_versions)
         self.dra_device_taints = dra_device_taints
+        self.dra_consumable_capacity = dra_consumable_capacity
         self.check_resource_names = check_resource_names
         self.kubelet = kubelet
         self.bookmark_interval = bookmark_interval

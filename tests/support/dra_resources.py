@@ -7,7 +7,16 @@ in discovery (``/apis``, ``/apis/resource.k8s.io``). Objects are stored once, in
 shape, and converted on the way in and out as the real server converts between versions.
 ``device_taints`` says whether the server has the ``DRADeviceTaints`` feature: when off, a
 device's ``taints`` are dropped on write (``dropDisabledFields`` in the registry strategy)
-and ``devicetaintrules`` is not in discovery.
+and ``devicetaintrules`` is not in discovery. ``consumable_capacity`` (``FakeApiServer(
+dra_consumable_capacity=...)``) is the ``DRAConsumableCapacity`` gate (KEP-5075: alpha 1.34,
+beta and on by default 1.36; off here by default, as ``device_taints``): when off, a device's
+``allowMultipleAllocations`` and each capacity's ``requestPolicy`` are dropped on create and on
+an update whose stored slice uses neither (``dropDisabledDRAConsumableCapacityFields`` and
+``draConsumableCapacityFeatureInUse``, ``pkg/registry/resource/resourceslice/strategy.go``);
+the capacity's ``value`` stays. ``?dryRun=All`` on a ResourceSlice POST or PUT runs all of it
+(conversion, dropping, validation) and answers what would be stored without storing it
+(apiserver ``handlers/create.go``/``update.go``; any other ``dryRun`` value is a 422 on
+``CreateOptions``/``UpdateOptions``, ``ValidateDryRun``).
 
 Rules (kubernetes/kubernetes ``pkg/apis/resource/validation/validation.go``, constants from
 ``staging/src/k8s.io/api/resource/v1/types.go``; each is in tests/support/README.md):
@@ -26,6 +35,16 @@ Rules (kubernetes/kubernetes ``pkg/apis/resource/validation/validation.go``, con
   (<= 64 bytes, ``DeviceAttributeMaxValueLength``), ``version`` (semver 2.0.0, <= 64);
 - device taints: key a label name, value a label value, effect ``NoSchedule``, ``NoExecute``
   or ``None``;
+- consumable capacity (``validateDevice``, ``validateMultiAllocatableDeviceCapacity``,
+  ``validateSingleAllocatableDeviceCapacity``, ``validateRequestPolicy``,
+  ``validateRequestPolicyValidValues``, ``validateRequestPolicyRange``): capacity names are
+  qualified names; a ``requestPolicy`` without ``allowMultipleAllocations: true`` is
+  Forbidden; ``validValues`` and ``validRange`` together are Forbidden; either needs a
+  ``default``; ``validValues`` ascending, unique, at most 10 (``CapacityRequestPolicy`` in
+  types.go), none above the capacity's value, the default among them; ``validRange`` needs
+  ``min`` <= value, default >= min, and with ``max``: min <= max <= value, default <= max;
+  with ``step``: min + step <= value, default and max whole steps from min. Quantities are
+  stored canonical; one that does not parse is a 400 (decoding);
 - DeviceClass: name a DNS subdomain, at most 32 selectors (``DeviceSelectorsMaxSize``), each
   with a non-empty ``cel.expression``; ``extendedResourceName`` an extended resource name.
   CEL is not compiled here (the agent's ``validate`` compiles the shipped classes).
@@ -40,7 +59,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tests.support import patching, selectors, validation
+from tests.support import patching, quantity, selectors, validation
 from tests.support.apiserver import ApiError, invalid_error, status_body
 from tests.support.store import AlreadyExists, Conflict
 
@@ -58,6 +77,7 @@ MAX_DOMAIN = 63
 MAX_VALUE = 64
 MAX_POOL_NAME = 253
 MAX_SELECTORS = 32
+MAX_VALID_VALUES = 10  # CapacityRequestPolicy.validValues: "Must not contain more than 10 entries"
 TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -190,6 +210,128 @@ def _taints(taints: Any, field: str) -> list[validation.Cause]:
     return causes
 
 
+def _q(value: Any) -> Any:
+    return quantity.parse(value)[0]
+
+
+def _request_policy(value: Any, policy: Mapping[str, Any], field: str) -> list[validation.Cause]:
+    """``validateRequestPolicy`` for one capacity of ``value`` (quantities already parsed)."""
+    valid_values, valid_range, default = policy.get("validValues") or [], policy.get("validRange"), policy.get("default")
+    if valid_values and valid_range is not None:
+        return [validation.Cause("FieldValueForbidden", 'Forbidden: exactly one policy can be specified, cannot '
+                                 'specify "validValues" and "validRange" at the same time', field)]
+    causes: list[validation.Cause] = []
+    if valid_values:
+        if default is None:
+            return [validation.Cause("FieldValueRequired", "Required value: required when validValues is defined",
+                                     f"{field}.default")]
+        at = f"{field}.validValues"
+        options = [_q(v) for v in valid_values]
+        for i in range(len(options) - 1):
+            if options[i] > options[i + 1]:
+                causes.append(validation.invalid(f"{at}[{i + 1}]", quantity.canonical(valid_values[i + 1]),
+                                                 "values must be sorted in ascending order"))
+        if len(options) > MAX_VALID_VALUES:
+            return causes + [validation.Cause("FieldValueTooMany", f"Too many: {len(options)}: must have at most "
+                                              f"{MAX_VALID_VALUES} items", at)]
+        seen: set[Any] = set()
+        for i, option in enumerate(options):
+            if option > _q(value):
+                causes.append(validation.invalid(f"{at}[{i}]", quantity.canonical(valid_values[i]),
+                                                 f"option is larger than capacity value: {quantity.canonical(value)}"))
+            if option in seen:
+                causes.append(validation.Cause("FieldValueDuplicate",
+                                               f'Duplicate value: "{quantity.canonical(valid_values[i])}"', f"{at}[{i}]"))
+            seen.add(option)
+        if _q(default) not in seen:
+            causes.append(validation.invalid(at, quantity.canonical(default),
+                                             "default value is not valid according to the requestPolicy"))
+    elif valid_range is not None:
+        if default is None:
+            return [validation.Cause("FieldValueRequired", "Required value: required when validRange is defined",
+                                     f"{field}.default")]
+        causes += _range(_q(value), _q(default), valid_range if isinstance(valid_range, Mapping) else {},
+                         f"{field}.validRange")
+    return causes
+
+
+def _range(value: Any, default: Any, valid_range: Mapping[str, Any], at: str) -> list[validation.Cause]:
+    """``validateRequestPolicyRange`` (``validateRequestPolicyRangeStep`` on whole values)."""
+    if valid_range.get("min") is None:
+        return [validation.Cause("FieldValueRequired", "Required value: required when validRange is defined",
+                                 f"{at}.min")]
+    low, causes = _q(valid_range["min"]), []
+
+    def text(value: Any) -> str:  # a parsed quantity as the server prints it
+        return quantity.canonical(value if isinstance(value, str) else
+                                  str(value.numerator) if value.denominator == 1 else float(value))
+
+    if low > value:
+        causes.append(validation.invalid(f"{at}.min", text(valid_range["min"]), f"min is larger than capacity value: {text(value)}"))
+    if default < low:
+        causes.append(validation.invalid(f"{at}.min", text(default), f"default is less than min: {text(low)}"))
+    high = _q(valid_range["max"]) if valid_range.get("max") is not None else None
+    if high is not None:
+        if low > high:
+            causes.append(validation.invalid(f"{at}.max", text(low), f"min is larger than max: {text(high)}"))
+        if high > value:
+            causes.append(validation.invalid(f"{at}.max", text(high), f"max is larger than capacity value: {text(value)}"))
+        if default > high:
+            causes.append(validation.invalid(f"{at}.max", text(default), f"default is more than max: {text(high)}"))
+    if valid_range.get("step") is not None:
+        step = _q(valid_range["step"])
+        if low + step > value:
+            causes.append(validation.invalid(f"{at}.step", text(step),
+                                             f"one step {text(low + step)} is larger than capacity value: {text(value)}"))
+        for checked in [default] + ([high] if high is not None else []):
+            if step and (int(checked) - int(low)) % int(step or 1):
+                causes.append(validation.invalid(f"{at}.step", text(checked), f"value is not a multiple of a given "
+                                                 f"step ({text(step)}) from ({text(low)})"))
+    return causes
+
+
+def _capacity(device: Mapping[str, Any], field: str) -> list[validation.Cause]:
+    multiple = device.get("allowMultipleAllocations") is True
+    causes: list[validation.Cause] = []
+    capacity = device.get("capacity") or {}
+    for key in sorted(capacity):
+        causes += qualified_name(key, f"{field}.capacity")
+        entry = capacity[key] if isinstance(capacity[key], Mapping) else {}
+        policy = entry.get("requestPolicy")
+        if policy is None:
+            continue
+        at = f"{field}.capacity[{key}].requestPolicy"
+        if not multiple:
+            causes.append(validation.Cause("FieldValueForbidden", "Forbidden: allowMultipleAllocations must be true", at))
+        elif isinstance(policy, Mapping):
+            causes += _request_policy(entry.get("value", "0"), policy, at)
+    return causes
+
+
+def _canonical_capacity(obj: dict[str, Any]) -> None:
+    """Each capacity quantity as the server stores it; one that does not parse is a 400, as
+    decoding the body into ``resource.Quantity`` fails."""
+    for device in (obj.get("spec") or {}).get("devices") or []:
+        capacity = device.get("capacity") if isinstance(device, dict) else None
+        for entry in (capacity.values() if isinstance(capacity, dict) else []):
+            if not isinstance(entry, dict):
+                continue
+            try:
+                entry["value"] = quantity.canonical(entry.get("value", "0"))
+                policy = entry.get("requestPolicy")
+                if isinstance(policy, dict):
+                    if policy.get("default") is not None:
+                        policy["default"] = quantity.canonical(policy["default"])
+                    if isinstance(policy.get("validValues"), list):
+                        policy["validValues"] = [quantity.canonical(v) for v in policy["validValues"]]
+                    if isinstance(policy.get("validRange"), dict):
+                        policy["validRange"] = {k: quantity.canonical(v) for k, v in policy["validRange"].items()
+                                                if v is not None}
+            except quantity.QuantityError as err:
+                raise ApiError(400, status_body(400, f"ResourceSlice in version \"v1\" cannot be handled as a "
+                                                     f"ResourceSlice: {err}")) from err
+
+
 def _device(device: Any, field: str) -> list[validation.Cause]:
     device = device if isinstance(device, Mapping) else {}
     name = device.get("name")
@@ -209,8 +351,10 @@ def _device(device: Any, field: str) -> list[validation.Cause]:
     for key in sorted(attributes):
         causes += qualified_name(key, f"{field}.attributes")
         causes += _attribute(attributes[key], f"{field}.attributes[{key}]")
-    for key in sorted(capacity):
-        causes += qualified_name(key, f"{field}.capacity")
+    if device.get("allowMultipleAllocations") is not None and not isinstance(device["allowMultipleAllocations"], bool):
+        causes.append(validation.invalid(f"{field}.allowMultipleAllocations", device["allowMultipleAllocations"],
+                                         "must be a boolean"))
+    causes += _capacity(device, field)
     causes += _taints(device.get("taints"), f"{field}.taints")
     return causes
 
@@ -328,11 +472,30 @@ def from_stored(obj: dict[str, Any], version: str, kind: str) -> dict[str, Any]:
     return obj
 
 
-def _drop_disabled(obj: dict[str, Any], device_taints: bool) -> dict[str, Any]:
-    if not device_taints:
-        for device in (obj.get("spec") or {}).get("devices") or []:
-            if isinstance(device, dict):
-                device.pop("taints", None)
+def _consumable_in_use(old: Mapping[str, Any] | None) -> bool:
+    """``draConsumableCapacityFeatureInUse``: the stored slice has a device with
+    ``allowMultipleAllocations`` set or a capacity with a ``requestPolicy``."""
+    for device in ((old or {}).get("spec") or {}).get("devices") or []:
+        if isinstance(device, Mapping) and (device.get("allowMultipleAllocations") is not None or any(
+                isinstance(c, Mapping) and c.get("requestPolicy") is not None
+                for c in (device.get("capacity") or {}).values())):
+            return True
+    return False
+
+
+def _drop_disabled(obj: dict[str, Any], device_taints: bool, consumable_capacity: bool = True,
+                   old: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    drop_consumable = not consumable_capacity and not _consumable_in_use(old)
+    for device in (obj.get("spec") or {}).get("devices") or []:
+        if not isinstance(device, dict):
+            continue
+        if not device_taints:
+            device.pop("taints", None)
+        if drop_consumable:
+            device.pop("allowMultipleAllocations", None)
+            for entry in (device.get("capacity") or {}).values():
+                if isinstance(entry, dict):
+                    entry.pop("requestPolicy", None)
     return obj
 
 
@@ -387,12 +550,26 @@ def _list(server: FakeApiServer, plural: str, version: str, query: Mapping[str, 
                  "items": out}
 
 
+def _dry_run(query: Mapping[str, str], method: str) -> bool:
+    """``dryRun=All`` (the one value ``ValidateDryRun`` accepts) or nothing."""
+    value = query.get("dryRun")
+    if value is None:
+        return False
+    if value != "All":
+        options = "CreateOptions" if method == "POST" else "UpdateOptions"
+        raise invalid_error(f"{options}.meta.k8s.io", "", [validation.Cause(
+            "FieldValueNotSupported", f'Unsupported value: "{value}": supported values: "All"', "dryRun")])
+    return True
+
+
 def _write(server: FakeApiServer, plural: str, version: str, name: str | None, body: Any,
-           current: dict[str, Any] | None) -> dict[str, Any]:
+           current: dict[str, Any] | None, dry_run: bool = False) -> dict[str, Any]:
     kind, store_key = _kind(plural)
     if not isinstance(body, dict):
         raise ApiError(400, status_body(400, f"the body of the request must be a {kind} object"))
-    obj = _drop_disabled(to_stored(body, version), server.dra_device_taints)
+    obj = _drop_disabled(to_stored(body, version), server.dra_device_taints, server.dra_consumable_capacity, current)
+    if plural == "resourceslices":
+        _canonical_capacity(obj)
     meta = obj.setdefault("metadata", {})
     if not isinstance(meta, dict):
         raise ApiError(400, status_body(400, "metadata must be an object"))
@@ -410,6 +587,10 @@ def _write(server: FakeApiServer, plural: str, version: str, name: str | None, b
     if causes:
         raise invalid_error(f"{kind}.{GROUP}", obj_name, causes)
     obj["apiVersion"], obj["kind"] = f"{GROUP}/v1", kind
+    if dry_run:  # everything a write does, nothing stored
+        if current is not None:
+            meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return obj
     if current is None:
         try:
             return server.store.create(store_key, obj)
@@ -447,7 +628,8 @@ def route(server: FakeApiServer, method: str, parts: list[str], query: Mapping[s
         if method == "GET":
             return _list(server, plural, version, query, handler)  # type: ignore[no-any-return]
         if method == "POST":
-            return 201, from_stored(_write(server, plural, version, None, body, None), version, kind)
+            written = _write(server, plural, version, None, body, None, _dry_run(query, method))
+            return 201, from_stored(written, version, kind)
         raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
     name = rest[1]
     if method == "GET":
@@ -459,4 +641,4 @@ def route(server: FakeApiServer, method: str, parts: list[str], query: Mapping[s
         body = patching.apply(content_type, from_stored(current, version, kind), body)
     elif method != "PUT":
         raise ApiError(405, status_body(405, "the server does not allow this method on the requested resource"))
-    return 200, from_stored(_write(server, plural, version, name, body, current), version, kind)
+    return 200, from_stored(_write(server, plural, version, name, body, current, _dry_run(query, method)), version, kind)

@@ -13,7 +13,9 @@ What it does, as kubelet does it:
 - DRA client: ``NodePrepareResources`` / ``NodeUnprepareResources`` with 45 s timeouts
   (``defaultClientCallTimeout``);
 - scheduler: ``allocate`` writes ``status.allocation.devices.results`` of a claim through the
-  ``/status`` subresource, as kube-scheduler's DRA plugin does once it picked devices.
+  ``/status`` subresource, as kube-scheduler's DRA plugin does once it picked devices;
+  ``allocate_share`` first does the allocator's arithmetic for a device that allows multiple
+  allocations (below).
 
 It is not kubelet: no claim info cache, no pod admission, no ResourceSlice wiping.
 """
@@ -24,6 +26,8 @@ import os
 import stat
 import threading
 import time
+import uuid
+from fractions import Fraction
 from typing import Any
 
 import grpc
@@ -182,11 +186,43 @@ class KubeletDra:
         return self.objects.create_namespaced_custom_object(
             "resource.k8s.io", "v1", namespace, "resourceclaims", claim_body(name, requests))
 
-    def allocate(self, namespace: str, name: str, results: list[dict[str, str]]) -> Any:
+    def allocate(self, namespace: str, name: str, results: list[dict[str, Any]]) -> Any:
         """Write ``status.allocation.devices.results`` (each ``{request, driver, pool, device}``)."""
         body = {"status": {"allocation": {"devices": {"results": results}}}}
         return self.objects.patch_namespaced_custom_object_status(
             "resource.k8s.io", "v1", namespace, "resourceclaims", name, body)
+
+    def allocate_share(self, namespace: str, name: str, requests: list[str], pool: str, device: str) -> Any:
+        """One share per request of a published device with ``allowMultipleAllocations``, as the
+        scheduler's allocator gives it (k8s.io/dynamic-resource-allocation ``structured``:
+        ``allocateDevice``, ``consumable_capacity.go``): a request naming no capacity consumes each
+        of the device's capacities at its ``requestPolicy.default`` (the whole value without
+        one); with what the claims of ``namespace`` already hold of that device, no capacity may
+        pass its ``value``, else the device is not allocated (None is returned and nothing
+        written). Each result gets a new ``shareID`` and its ``consumedCapacity``."""
+        from tests.support.quantity import parse
+
+        listed: Any = self.objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+        slices: list[Any] = listed["items"]
+        (entry,) = [d for s in slices if s["spec"]["driver"] == DRIVER and s["spec"]["pool"]["name"] == pool
+                    for d in s["spec"].get("devices") or [] if d["name"] == device]
+        if entry.get("allowMultipleAllocations") is not True:
+            raise ValueError(f"device {device} does not allow multiple allocations")
+        capacity = entry.get("capacity") or {}
+        each = {k: (c.get("requestPolicy") or {}).get("default") or c["value"] for k, c in capacity.items()}
+        used = dict.fromkeys(capacity, Fraction(0))
+        listed = self.objects.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")
+        claims: list[Any] = listed["items"]
+        for claim in claims:
+            for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+                if (result["driver"], result["pool"], result["device"]) == (DRIVER, pool, device):
+                    for k, v in (result.get("consumedCapacity") or {}).items():
+                        used[k] = used.get(k, Fraction(0)) + parse(v)[0]
+        if any(used[k] + len(requests) * parse(each[k])[0] > parse(c["value"])[0] for k, c in capacity.items()):
+            return None
+        return self.allocate(namespace, name, [{"request": r, "driver": DRIVER, "pool": pool, "device": device,
+                                                "shareID": str(uuid.uuid4()), "consumedCapacity": dict(each)}
+                                               for r in requests])
 
     def deallocate(self, namespace: str, name: str) -> Any:
         return self.objects.patch_namespaced_custom_object_status(

@@ -17,8 +17,11 @@ writes (``status.allocation``), validated as kube-apiserver validates them.
   validation/validation.go``): ``request`` names a request of ``spec.devices.requests`` (or
   ``request/subrequest``), ``driver`` a DNS subdomain of at most 63 characters
   (``validateDriverName``), ``pool`` '/'-separated DNS subdomains of at most 253 characters in
-  all (``validatePoolName``), ``device`` a DNS label (``validateDeviceName``); at most 32
-  results (``AllocationResultsMaxSize``, ``pkg/apis/resource/types.go``).
+  all (``validatePoolName``), ``device`` a DNS label (``validateDeviceName``), ``shareID``
+  (a share of a device with ``allowMultipleAllocations``) a UUID in RFC 4122 normalized form
+  (``validateUID``: 36 characters, lower-case hex; the ``error validating uid`` text for one
+  that does not parse is paraphrased); at most 32 results (``AllocationResultsMaxSize``,
+  ``pkg/apis/resource/types.go``). ``consumedCapacity`` is stored as given.
 
 Everything else in the spec (selectors, CEL, config) is stored unvalidated.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import re
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +67,19 @@ def _name_causes(value: Any, field: str, *, label: bool, max_len: int) -> list[v
     if not pattern.fullmatch(value):
         causes.append(validation.invalid(field, value, _LABEL_TEXT if label else _SUBDOMAIN_TEXT))
     return causes
+
+
+def _uid_causes(value: Any, field: str) -> list[validation.Cause]:
+    """``validateUID`` (``pkg/apis/resource/validation/validation.go``)."""
+    text = str(value)
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return [validation.invalid(field, text, "error validating uid: invalid UUID format")]
+    if len(text) != 36 or text != text.lower():
+        return [validation.invalid(field, text, "uid must be in RFC 4122 normalized form, "
+                                   "`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase hexadecimal characters")]
+    return []
 
 
 def _request_names(claim: Mapping[str, Any]) -> set[str]:
@@ -102,6 +119,8 @@ def validate_allocation(claim: Mapping[str, Any]) -> list[validation.Cause]:
         else:
             causes += _name_causes(pool, f"{at}.pool", label=False, max_len=253)
         causes += _name_causes(result.get("device"), f"{at}.device", label=True, max_len=63)
+        if result.get("shareID") is not None:
+            causes += _uid_causes(result["shareID"], f"{at}.shareID")
     return causes
 
 

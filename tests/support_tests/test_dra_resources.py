@@ -169,3 +169,102 @@ def test_a_watch_with_field_selectors_streams_the_version_watched() -> None:
     assert added[0]["apiVersion"] == "resource.k8s.io/v1beta1"
     assert added[0]["spec"]["devices"] == [{"name": "d0", "basic": {"attributes": {"class": {"string": "edgetpu"}}}}]
     assert {e["object"]["kind"] for e in events if e["type"] == "BOOKMARK"} <= {"ResourceSlice"}
+# -- consumable capacity (KEP-5075) -----------------------------------------------------------
+def _shared(policy: dict[str, Any] | None = None, value: str = "4", multiple: bool | None = True) -> dict[str, Any]:
+    capacity: dict[str, Any] = {"value": value}
+    if policy is not None:
+        capacity["requestPolicy"] = policy
+    device: dict[str, Any] = {"name": "d", "capacity": {"shares": capacity}}
+    if multiple is not None:
+        device["allowMultipleAllocations"] = multiple
+    return device
+
+
+@pytest.mark.parametrize(("policy", "field", "text"), [
+    ({"default": "1", "validValues": ["1"], "validRange": {"min": "1"}}, "spec.devices[0].capacity[shares].requestPolicy",
+     'cannot specify "validValues" and "validRange" at the same time'),
+    ({"validValues": ["1"]}, "spec.devices[0].capacity[shares].requestPolicy.default", "required when validValues"),
+    ({"default": "2", "validValues": ["2", "1"]}, "spec.devices[0].capacity[shares].requestPolicy.validValues[1]",
+     "sorted in ascending order"),
+    ({"default": "1", "validValues": ["1", "8"]}, "spec.devices[0].capacity[shares].requestPolicy.validValues[1]",
+     "option is larger than capacity value: 4"),
+    ({"default": "3", "validValues": ["1", "2"]}, "spec.devices[0].capacity[shares].requestPolicy.validValues",
+     "default value is not valid according to the requestPolicy"),
+    ({"default": "1", "validValues": [str(i) for i in range(11)]},
+     "spec.devices[0].capacity[shares].requestPolicy.validValues", "must have at most 10 items"),
+    ({"validRange": {"min": "1"}}, "spec.devices[0].capacity[shares].requestPolicy.default", "required when validRange"),
+    ({"default": "1", "validRange": {"min": "5"}}, "spec.devices[0].capacity[shares].requestPolicy.validRange.min",
+     "min is larger than capacity value: 4"),
+    ({"default": "1", "validRange": {"min": "2"}}, "spec.devices[0].capacity[shares].requestPolicy.validRange.min",
+     "default is less than min: 2"),
+    ({"default": "3", "validRange": {"min": "1", "max": "2"}},
+     "spec.devices[0].capacity[shares].requestPolicy.validRange.max", "default is more than max: 2"),
+    ({"default": "1", "validRange": {"min": "1", "max": "8"}},
+     "spec.devices[0].capacity[shares].requestPolicy.validRange.max", "max is larger than capacity value: 4"),
+    ({"default": "2", "validRange": {"min": "1", "step": "2"}},
+     "spec.devices[0].capacity[shares].requestPolicy.validRange.step", "not a multiple of a given step (2) from (1)"),
+])
+def test_request_policy_rules(policy: dict[str, Any], field: str, text: str) -> None:
+    with FakeApiServer(dra_consumable_capacity=True) as server:
+        causes = _refused(server, _slice([_shared(policy)]))
+        assert any(c["field"] == field and text in c["message"] for c in causes), causes
+
+
+def test_a_request_policy_needs_allow_multiple_allocations_and_the_feature_keeps_both() -> None:
+    one_share = {"default": "1", "validValues": ["1"]}
+    with FakeApiServer(dra_consumable_capacity=True) as server:
+        (cause,) = _refused(server, _slice([_shared(one_share, multiple=None)]))
+        assert cause == {"reason": "FieldValueForbidden", "message": "Forbidden: allowMultipleAllocations must be true",
+                         "field": "spec.devices[0].capacity[shares].requestPolicy"}
+        made = client.ResourceV1Api(client.ApiClient(server.client_configuration())).create_resource_slice(
+            _slice([_shared({"default": "1000m", "validRange": {"min": "1", "max": "1"}})]))
+        (device,) = made.spec.devices
+        assert device.allow_multiple_allocations is True
+        assert device.capacity["shares"].value == "4"
+        assert device.capacity["shares"].request_policy.default == "1"  # stored canonical
+        assert device.capacity["shares"].request_policy.valid_range.max == "1"
+
+
+def test_without_the_feature_both_fields_are_dropped_unless_the_stored_slice_uses_them() -> None:
+    """dropDisabledDRAConsumableCapacityFields: create drops them (the capacity's value stays);
+    an update keeps them when the stored slice already has them (draConsumableCapacityFeatureInUse)."""
+    body = _slice([_shared({"default": "1", "validValues": ["1"]})])
+    with FakeApiServer(dra_consumable_capacity=False) as server:
+        c = client.ResourceV1Api(client.ApiClient(server.client_configuration()))
+        made = c.create_resource_slice(body)
+        (device,) = made.spec.devices
+        assert device.allow_multiple_allocations is None and device.capacity["shares"].request_policy is None
+        assert device.capacity["shares"].value == "4"
+        replaced = c.replace_resource_slice(made.metadata.name, dict(body, metadata={"name": made.metadata.name}))
+        assert replaced.spec.devices[0].allow_multiple_allocations is None
+    with FakeApiServer(dra_consumable_capacity=True) as server:
+        c = client.ResourceV1Api(client.ApiClient(server.client_configuration()))
+        made = c.create_resource_slice(body)
+        server.dra_consumable_capacity = False  # the gate turned off later: stored slices keep theirs
+        replaced = c.replace_resource_slice(made.metadata.name, dict(body, metadata={"name": made.metadata.name}))
+        assert replaced.spec.devices[0].allow_multiple_allocations is True
+
+
+def test_dry_run_answers_what_would_be_stored_and_stores_nothing() -> None:
+    body = _slice([_shared({"default": "1", "validValues": ["1"]})])
+    for gate in (True, False):
+        with FakeApiServer(dra_consumable_capacity=gate) as server:
+            c = client.ResourceV1Api(client.ApiClient(server.client_configuration()))
+            made = c.create_resource_slice(body, dry_run="All")
+            assert made.metadata.name.startswith("n1-")
+            assert made.spec.devices[0].allow_multiple_allocations is (True if gate else None)
+            assert server.store.list("resourceslices.resource.k8s.io")[0] == []
+            with pytest.raises(client.ApiException) as err:
+                c.create_resource_slice(body, dry_run="Some")
+            assert err.value.status == 422
+            assert json.loads(err.value.body)["details"]["causes"] == [
+                {"reason": "FieldValueNotSupported", "message": 'Unsupported value: "Some": supported values: "All"',
+                 "field": "dryRun"}]
+            bad = _slice([_shared({"default": "9", "validValues": ["1"]})])
+            if gate:  # validated as a real write is
+                with pytest.raises(client.ApiException) as err:
+                    c.create_resource_slice(bad, dry_run="All")
+                assert err.value.status == 422
+            else:  # the policy is dropped before validation
+                assert c.create_resource_slice(bad, dry_run="All").spec.devices[0].capacity["shares"].request_policy is None
+            assert server.store.list("resourceslices.resource.k8s.io")[0] == []

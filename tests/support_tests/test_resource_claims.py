@@ -74,6 +74,22 @@ def test_allocation_results_are_validated(api):
     assert allocate(api, *[result()] * 32)
 
 
+def test_a_share_id_is_a_normalized_uuid(api):
+    """validateUID: a share of a device that allows multiple allocations is named by a UUID in
+    RFC 4122 normalized form (36 characters, lower case); consumedCapacity is kept as given."""
+    api.create_namespaced_custom_object(G, V, "default", P, claim_body("c", ["tpu"]))
+    base = "status.allocation.devices.results"
+    for bad, why in (("not-a-uuid", "error validating uid"),
+                     ("0E8B1D7C-4C2A-4D0F-9C52-1A2B3C4D5E6F", "RFC 4122 normalized form"),
+                     ("0e8b1d7c4c2a4d0f9c521a2b3c4d5e6f", "RFC 4122 normalized form")):
+        with pytest.raises(ApiException) as err:
+            allocate(api, result() | {"shareID": bad})
+        ((field, message),) = causes(err.value)
+        assert field == f"{base}[0].shareID" and why in message
+    share = result() | {"shareID": "0e8b1d7c-4c2a-4d0f-9c52-1a2b3c4d5e6f", "consumedCapacity": {"shares": "1"}}
+    assert allocate(api, share)["status"]["allocation"]["devices"]["results"] == [share]
+
+
 def test_missing_claims_are_404(api):
     with pytest.raises(ApiException) as err:
         api.get_namespaced_custom_object(G, V, "default", P, "absent")

@@ -55,3 +55,19 @@ a policy object the API server rejects would leave placement without its admissi
 {{- fail (printf "placement.admission must be auto, policy, policy-v1beta1, webhook or none, not %q" (toString $mode)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The resource.k8s.io version of the DeviceClasses (deploy/dra.md): v1 where the cluster serves
+it (GA and on by default from Kubernetes 1.34), else v1beta1 where it serves that (1.32-1.33 with
+the API turned on), judged by discovery (.Capabilities.APIVersions, which `helm install` fills from
+the cluster; `helm template` takes --kube-version and --api-versions). A cluster serving neither
+fails the install: classes the API server cannot store would leave DRA mode without them. */}}
+{{- define "nfa.deviceClassVersion" -}}
+{{- $kube := .Capabilities.KubeVersion.Version -}}
+{{- if or (.Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceClass") (semverCompare ">=1.34.0-0" $kube) -}}
+v1
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta1/DeviceClass" -}}
+v1beta1
+{{- else -}}
+{{- fail (printf "dra.deviceClasses=true needs DeviceClasses of resource.k8s.io v1 (Kubernetes 1.34 or newer) or v1beta1 (1.32-1.33 with that API turned on), and this cluster (%s) serves neither: set dra.deviceClasses=false (helm template: pass --api-versions resource.k8s.io/v1beta1/DeviceClass when it serves v1beta1)" $kube) -}}
+{{- end -}}
+{{- end -}}
