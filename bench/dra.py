@@ -7,9 +7,15 @@
   slice holding the change. Floor, in the same run: the same unplug/plug to the Node's label
   changing (the pass without DRA's part), so the ratio says what publishing adds;
 - publish -> slice written: ``SlicePublisher.publish`` of a changed device list until the API
-  server stores it; floor: one LIST of the node's slices (the read each sync starts with);
+  server stores it (one PUT: the slices are watched, not read); floor: one LIST of the node's
+  slices (what each sync read before the watch);
 - slice writes at steady state (the same devices published ``--runs`` times) and across a
   restart (a new publisher on the same slices): counted POST/PUT/DELETE requests, target 0;
+- API requests at steady state: the agent in-process on the coral-usb host, ``--passes``
+  resyncs (full rediscovery, the devices unchanged) after the first publish; every request the
+  server logged, by method and path, per pass; per hour = per pass x the passes an hour brings
+  (one resync every ``Settings.resync_interval``) + each watch's reconnects (one every
+  ``timeoutSeconds``, 900 s);
 - memory of ``node-feature-agent run`` (this venv) on the edge-ai host serving nothing to
   kubelet, as a device plugin and in DRA mode (``MODES``), ``--settle`` s after it serves, one
   sample a second for ``--window`` s, ``--rounds`` runs of each mode interleaved, medians: RSS
@@ -20,8 +26,8 @@
 
 Prints numbers, asserts nothing.
 
-    .venv/bin/python bench/dra.py --runs 200 --cycles 20
-    .venv/bin/python bench/dra.py --memory-only --rounds 3
+    .venv/bin/python bench/dra.py --runs 200 --cycles 20 --passes 50
+    .venv/bin/python bench/dra.py --only memory --rounds 3    # a part of it
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from kubernetes import client  # noqa: E402
 from agent.deviceplugin.model import DeviceNode, PluginDevice, ResourceDevices  # noqa: E402
 from agent.dra.publisher import SlicePublisher  # noqa: E402
 from agent.dra.slices import Node  # noqa: E402
+from agent.kube.light_core import LightCoreV1Api  # noqa: E402
 from agent.reconcile.node_api import NodeApi  # noqa: E402
 from agent.runtime.agent import Agent, Settings  # noqa: E402
 from agent.runtime.event_sources import SocketSource  # noqa: E402
@@ -111,6 +118,46 @@ def hotplug(cycles: int, dra: bool, tmp: Path) -> list[float]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def steady_requests(passes: int, tmp: Path) -> None:
+    """API requests the agent makes per resync pass with nothing changed, from the server's log."""
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        host = CoralHost(tmp)
+        sender, receiver = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        settings = Settings(node_name=NODE, rules_dirs=[str(REPO / "labels")], host_root=str(host.root),
+                            metrics_port=None, watch_rules=False, startup_jitter=0, dra="v1")
+        agent = Agent(settings, NodeApi.from_configuration(server.client_configuration()),
+                      event_source=SocketSource(receiver)).start()
+        try:
+            wait_for(lambda: slice_devices(server) == 1 and agent.dra is not None and agent.dra.publisher is not None
+                     and agent.dra.publisher.synced.is_set(), timeout=60, what="first publish")
+            time.sleep(0.5)  # the first pass's echoes settle
+            server.clear_requests()
+            for _ in range(passes):
+                before = agent.passes
+                agent.resync()
+                wait_for(lambda before=before: agent.passes > before, timeout=30, interval=0.005, what="pass")
+                assert agent.dra is not None and agent.dra.publisher is not None
+                wait_for(agent.dra.publisher.synced.is_set, timeout=30, interval=0.005, what="sync")
+            logged = server.requests
+        finally:
+            agent.stop(timeout=5)
+            sender.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+    kinds: dict[str, int] = {}
+    for r in logged:
+        what = f"{r.method} {r.path}" + (" (watch)" if r.query.get("watch") in ("true", "1") else "")
+        kinds[what] = kinds.get(what, 0) + 1
+    per_pass = len(logged) / passes
+    hourly = per_pass * 3600 / Settings.resync_interval
+
+    print(f"API requests at steady state: {len(logged)} in {passes} resync passes ({per_pass:.2f} per pass): "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(kinds.items())))
+    print(f"  per hour (a resync every {Settings.resync_interval:.0f} s): {hourly:.1f} from passes "
+          f"+ watch reconnects (4 per watch per hour)")
+
+
+
 def tpu(n: int) -> PluginDevice:
     return PluginDevice(f"pci-0000:0{n}:00.0", (DeviceNode(f"/dev/apex_{n}", f"/dev/apex_{n}"),), numa_node=0,
                         attributes=(("address", f"0000:0{n}:00.0"), ("bus", "pci"), ("vendor", "1ac1")))
@@ -121,6 +168,7 @@ def publisher_figures(runs: int) -> None:
         uid = server.add_node(NODE)["metadata"]["uid"]
         api_client = client.ApiClient(server.client_configuration())
         publisher = SlicePublisher(api_client, Node(NODE, uid), "v1", taints=False).start()
+        lister = LightCoreV1Api(api_client)
         one = {TPU: ResourceDevices(TPU, (tpu(1),))}
         two = {TPU: ResourceDevices(TPU, (tpu(1), tpu(2)))}
         try:
@@ -132,7 +180,8 @@ def publisher_figures(runs: int) -> None:
                 publisher.synced.wait(10)
                 publish.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
-                publisher.writer.read()
+                lister.list_collection("/apis/resource.k8s.io/v1/resourceslices",
+                                       field_selector=f"spec.nodeName={NODE}", _preload_content=False).read()
                 floor.append((time.perf_counter() - started) * 1000)
             server.clear_requests()
             for _ in range(runs):
@@ -152,8 +201,8 @@ def publisher_figures(runs: int) -> None:
         restart = writes(server)
     print(f"publish -> slice written ({runs} changes): {fmt(publish)}; floor (one LIST): {fmt(floor)}; "
           f"ratio {statistics.median(publish) / statistics.median(floor):.2f}x")
-    print(f"slice writes at steady state: {steady} in {runs} publishes ({requests_per_publish:.1f} requests each: "
-          f"the LIST); across a restart: {restart} (target 0)")
+    print(f"slice writes at steady state: {steady} in {runs} publishes ({requests_per_publish:.2f} requests each); "
+          f"across a restart: {restart} (target 0)")
 
 
 MODES = ("off", "device-plugin", "dra")
@@ -322,21 +371,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--cycles", type=int, default=20, help="unplug/plug cycles of the hotplug figure")
+    parser.add_argument("--passes", type=int, default=50, help="resync passes of the steady-state request count")
+    parser.add_argument("--only", choices=("requests", "hotplug", "publisher", "memory"), action="append")
     parser.add_argument("--settle", type=float, default=10.0)
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each memory mode")
-    parser.add_argument("--memory-only", action="store_true", help="only the memory figures")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="nfa-dra-"))
+    only = set(args.only or ("requests", "hotplug", "publisher", "memory"))
     try:
-        if not args.memory_only:
+        if "requests" in only:
+            steady_requests(args.passes, tmp / "steady")
+        if "hotplug" in only:
             with_dra = hotplug(args.cycles, True, tmp / "dra")
             without = hotplug(args.cycles, False, tmp / "labels")
             print(f"hotplug -> ResourceSlice updated ({len(with_dra)} events): {fmt(with_dra)}; floor (hotplug -> "
                   f"label, same run): {fmt(without)}; ratio "
                   f"{statistics.median(with_dra) / statistics.median(without):.2f}x (target p99 <= 100 ms)")
+        if "publisher" in only:
             publisher_figures(args.runs)
-        memory_figures(args.rounds, args.settle, args.window, tmp)
+        if "memory" in only:
+            memory_figures(args.rounds, args.settle, args.window, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

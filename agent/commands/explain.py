@@ -104,7 +104,7 @@ def dra_lines(args: argparse.Namespace, state: Any, resource: str) -> list[str]:
     from agent.deviceplugin.resolve import resolve_claims
     from agent.dra.classes import class_name
     from agent.dra.names import DRIVER
-    from agent.dra.slices import chunks, published_devices
+    from agent.dra.slices import chunks, dropped_text, published_devices
     from agent.hostfs import HostFS
 
     resolved = resolve_claims(HostFS(args.host_root), state.device_claims)
@@ -117,7 +117,9 @@ def dra_lines(args: argparse.Namespace, state: Any, resource: str) -> list[str]:
             for device in chunk:
                 if published.where.get(device["name"]) == resource:
                     taint = " (tainted not-ready)" if device.get("taints") else ""
-                    lines.append(f"      {device['name']}: slice {index + 1} of {len(slices)}{taint}")
+                    lost = published.dropped.get(device["name"])
+                    without = f"; without attribute(s) {dropped_text(lost)}" if lost else ""
+                    lines.append(f"      {device['name']}: slice {index + 1} of {len(slices)}{taint}{without}")
         for name, why in sorted(published.left_out.items()):
             if published.where.get(name) == resource:
                 lines.append(f"      {name}: left out: {why}")

@@ -8,8 +8,9 @@ the device plugin's (``agent.deviceplugin.resolve``); this package only publishe
 - ``cdi``: CDI specs, written atomically;
 - ``plugin``: the kubelet plugin (registration, NodePrepareResources, checkpoint).
 
-- ``mode``, ``slices``, ``publisher``, ``classes``, ``cel_check``: the API version, the node's
-  ResourceSlices and their writer, the shipped DeviceClasses and their CEL check.
+- ``mode``, ``slices``, ``watched``, ``publisher``, ``classes``, ``cel_check``: the API version,
+  the node's ResourceSlices, their watch (the reflector's handler) and their writer, the shipped
+  DeviceClasses and their CEL check.
 
 ``plugin``, ``api`` and ``claims`` load grpcio or the Kubernetes client: only DRA mode imports
 them.

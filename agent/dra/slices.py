@@ -21,20 +21,24 @@ the API server's own, ``pkg/apis/resource/validation/validation.go``):
   ``vendorID``, ``productID``, ``pciClass``, ``usbPort``, ``serial``, ``kernelDriver``,
   ``ready``, ``stableID``, ``replica``. Every name is a C identifier of at most 32 characters;
   a string the host gives that is longer than 64 bytes is left out (a truncated serial would
-  name another device); at most 32 attributes and capacities per device;
+  name another device); at most 32 attributes + capacities per device (``ResourceSliceMaxAttributesAndCapacitiesPerDevice``):
+  past it the last in ``KEEP_ORDER`` go (``bounded``). What is left out, and why, is in
+  ``Published.dropped`` (the publisher logs it once per change, a metric and a Warning);
 - a device that is not ready (``PluginDevice.why``): with device taints (``taints=True``, the
   server's ``DRADeviceTaints``) published with the taint ``node-feature-agent.io/not-ready``
   (``NoSchedule``), so the scheduler does not allocate it; without them left out, and
   ``left_out`` says why (``explain`` prints it).
 
-The writer (``SliceWriter.sync``) lists this node's slices of this driver (field selector
-``spec.nodeName``, ``spec.driver``), compares their devices with the wanted ones (content, not
-generation: a restarted agent finds its slices as it left them and writes nothing), and only
-on a difference writes: the pool's generation one above the highest it read, each slice
-replaced in place (resourceVersion precondition), new ones created, extra ones deleted. A slice
-that names another driver or node is never touched, whatever the server answered. A failed
-read, or an answer that is not a ResourceSlice list, holds: nothing is written or deleted on a
-list the writer could not read.
+The writer (``SliceWriter.sync``) compares the wanted devices with this node's slices of this
+driver as the watch holds them (``agent.dra.watched``: LIST + WATCH with the field selector
+``spec.nodeName``, ``spec.driver``), by content, not generation: a restarted agent finds its
+slices as it left them and writes nothing, and a sync with nothing changed makes no request.
+Only on a difference it writes: the pool's generation one above the highest it saw, each slice
+replaced in place with the resourceVersion it watched (a 409 or 404: ``Refused``, retried once
+the watch shows the slice's newer version), new ones created, extra ones deleted. A slice that
+names another driver or node is never touched, whatever the server sent. Before the first LIST,
+while the watch cannot be read, or while a write of ours has not come back through it, nothing
+is written (``NotYet``, ``ReadFailed``).
 """
 
 from __future__ import annotations
@@ -44,13 +48,16 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from agent.deviceplugin.model import PluginDevice, ResourceDevices
 from agent.dra.names import DRIVER, device_name
+from agent.dra.watched import NotYet, ReadFailed, WatchedSlices, slices_path
+
+__all__ = ["NotYet", "ReadFailed", "Refused", "SliceWriter", "chunks", "published_devices"]
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +83,32 @@ _HOST_NAMES = {"bus": "bus", "vendor": "vendorID", "device": "productID", "class
                "sysfs_name": "usbPort", "serial": "serial", "driver": "kernelDriver"}
 
 
-class ReadFailed(Exception):
-    """The slices could not be read; nothing is written on what was not read."""
-
-
 def _valid_name(name: str) -> bool:
     ident = name.rpartition("/")[2]
     return bool(_C_IDENTIFIER.fullmatch(ident)) and len(ident) <= MAX_ID
 
 
+#: which attributes a device keeps first when it has more than 32 attributes + capacities: what
+#: the DeviceClasses select on and the plugin names devices by, then the capacities (by name),
+#: then the standard attributes, then the host's; any other attribute after these, by name
+KEEP_ORDER = ("class", "resource", "stableID", "ready", "replica", "@capacity", f"{STANDARD}/pciBusID",
+              f"{STANDARD}/pcieRoot", f"{STANDARD}/numaNode", *_HOST_NAMES.values())
+TOO_LONG = "too-long"
+PAST_BOUND = "bound"
+INVALID_NAME = "invalid-name"
+#: why an attribute was left out, as the operator reads it (log, Event, ``explain``)
+DROP_WHY = {TOO_LONG: "a value longer than 64 bytes", PAST_BOUND: "past 32 attributes + capacities",
+            INVALID_NAME: "not a valid attribute name"}
+
+
+def dropped_text(lost: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} ({DROP_WHY.get(why, why)})" for name, why in sorted(lost.items()))
+
+
 def device_attributes(resource: str, device: PluginDevice, replica: int,
-                      room: int = MAX_ATTRIBUTES) -> dict[str, dict[str, Any]]:
-    """The attributes of one published device (each valid by the API's rules), at most ``room``
-    (what its capacities leave of the 32)."""
+                      dropped: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """The attributes of one published device (each valid by the API's rules); those left out
+    go to ``dropped`` (name -> ``TOO_LONG``, ``INVALID_NAME``)."""
     host = dict(device.attributes)
     attrs: dict[str, dict[str, Any]] = {
         "class": {"string": resource.rsplit("/", 1)[-1]},
@@ -108,9 +128,37 @@ def device_attributes(resource: str, device: PluginDevice, replica: int,
         attrs[f"{STANDARD}/pcieRoot"] = {"string": host["pcie_root"]}
     if device.numa_node is not None:
         attrs[f"{STANDARD}/numaNode"] = {"int": device.numa_node}
-    kept = {k: v for k, v in attrs.items()
-            if _valid_name(k) and len(str(v.get("string", "")).encode()) <= MAX_VALUE}
-    return dict(sorted(kept.items())[:room])
+    kept = {}
+    for key, value in attrs.items():
+        why = INVALID_NAME if not _valid_name(key) else \
+            TOO_LONG if len(str(value.get("string", "")).encode()) > MAX_VALUE else None
+        if why is None:
+            kept[key] = value
+        elif dropped is not None:
+            dropped[key] = why
+    return dict(sorted(kept.items()))
+
+
+def bounded(entry: dict[str, Any], dropped: dict[str, str]) -> dict[str, Any]:
+    """``entry`` with at most 32 attributes + capacities: the last in ``KEEP_ORDER`` go (into
+    ``dropped`` as ``PAST_BOUND``), the same ones every time for the same device."""
+    attrs, capacity = entry.get("attributes") or {}, entry.get("capacity") or {}
+    if len(attrs) + len(capacity) <= MAX_ATTRIBUTES:
+        return entry
+
+    def rank(item: tuple[str, str]) -> tuple[int, str]:
+        kind, name = item
+        key = "@capacity" if kind == "capacity" else name
+        return (KEEP_ORDER.index(key) if key in KEEP_ORDER else len(KEEP_ORDER), name)
+
+    ranked = sorted([("attributes", n) for n in attrs] + [("capacity", n) for n in capacity], key=rank)
+    for _kind, name in ranked[MAX_ATTRIBUTES:]:
+        dropped[name] = PAST_BOUND
+    keep = ranked[:MAX_ATTRIBUTES]
+    out = dict(entry, attributes={n: attrs[n] for k, n in sorted(keep) if k == "attributes"})
+    if capacity:
+        out["capacity"] = {n: capacity[n] for k, n in sorted(keep) if k == "capacity"}
+    return out
 
 
 @dataclass(frozen=True)
@@ -120,6 +168,7 @@ class Published:
     devices: tuple[dict[str, Any], ...]
     left_out: Mapping[str, str]  # device name -> why
     where: Mapping[str, str]  # device name -> resource
+    dropped: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # device -> {attribute: why}
 
 
 def shared(shares: int) -> dict[str, Any]:
@@ -134,6 +183,7 @@ def published_devices(resources: Mapping[str, ResourceDevices], *, taints: bool,
     devices: list[dict[str, Any]] = []
     left_out: dict[str, str] = {}
     where: dict[str, str] = {}
+    dropped: dict[str, dict[str, str]] = {}
     for resource in sorted(resources):
         state = resources[resource]
         sharing = shared(state.shares) if consumable and state.shares > 1 else {}
@@ -141,17 +191,19 @@ def published_devices(resources: Mapping[str, ResourceDevices], *, taints: bool,
             for replica in range(1 if sharing else max(1, state.shares)):
                 name = device_name(resource, device.id, replica)
                 where[name] = resource
-                room = MAX_ATTRIBUTES - len(sharing.get("capacity", {}))
-                entry: dict[str, Any] = {"name": name, "attributes": device_attributes(resource, device, replica, room),
+                lost: dict[str, str] = {}
+                entry: dict[str, Any] = {"name": name, "attributes": device_attributes(resource, device, replica, lost),
                                          **copy.deepcopy(sharing)}
                 if not device.healthy:
                     if not taints:
                         left_out[name] = device.why
                         continue
                     entry["taints"] = [{"key": NOT_READY_TAINT, "effect": "NoSchedule"}]
-                devices.append(entry)
+                devices.append(bounded(entry, lost))
+                if lost:
+                    dropped[name] = lost
     devices.sort(key=lambda d: d["name"])
-    return Published(tuple(devices), left_out, where)
+    return Published(tuple(devices), left_out, where, dropped)
 
 
 def chunks(devices: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -193,22 +245,29 @@ class Node:
     uid: str
 
 
+class Refused(Exception):
+    """A write on the version watched was refused (409 Conflict, 404): the watch is behind the
+    server; the sync is retried once it shows the slice's newer version."""
+
+
 class SliceWriter:
     """Keeps one node's ResourceSlices of this driver equal to what ``sync`` is given.
 
-    ``api_client``: a ``kubernetes.client.ApiClient``; ``version``: ``v1`` or ``v1beta1``.
-    ``on_write(op)`` is told of each write (create, update, delete)."""
+    ``api_client``: a ``kubernetes.client.ApiClient``; ``version``: ``v1`` or ``v1beta1``;
+    ``watched``: the node's slices as a watch holds them (one is made, not started, when not
+    given). ``on_write(op)`` is told of each write (create, update, delete)."""
 
-    def __init__(self, api_client: Any, node: Node, version: str, *,
+    def __init__(self, api_client: Any, node: Node, version: str, watched: WatchedSlices | None = None, *,
                  on_write: Callable[[str], None] = lambda _op: None, timeout: float = 10.0) -> None:
         if version not in ("v1", "v1beta1"):
             raise ValueError(f"resource.k8s.io version {version!r} is not served by this writer")
         self.api_client = api_client
         self.node = node
         self.version = version
+        self.watched = watched if watched is not None else WatchedSlices(api_client, node.name, version)
         self.on_write = on_write
         self.timeout = timeout
-        self._base = f"/apis/resource.k8s.io/{version}/resourceslices"
+        self._base = slices_path(version)
 
     # -- the API ----------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None) -> Any:
@@ -227,27 +286,6 @@ class SliceWriter:
             raise ApiException(status=response.status, reason=response.reason, body=data)
         return json.loads(data) if data else None
 
-    def read(self) -> list[dict[str, Any]]:
-        """This node's slices of this driver (others in the answer are dropped, never touched).
-        ``ReadFailed`` when the server did not answer with a ResourceSlice list."""
-        selector = f"spec.nodeName={self.node.name},spec.driver={DRIVER}"
-        try:
-            answer = self._call("GET", self._base, query=[("fieldSelector", selector)])
-        except Exception as exc:
-            raise ReadFailed(f"listing ResourceSlices failed: {exc}") from exc
-        if not isinstance(answer, dict) or answer.get("kind") != "ResourceSliceList" \
-                or not isinstance(answer.get("items"), list):
-            raise ReadFailed("the answer to a ResourceSlice list was not a ResourceSliceList")
-        mine = []
-        for item in answer["items"]:
-            spec = item.get("spec") if isinstance(item, dict) else None
-            name = ((item or {}).get("metadata") or {}).get("name") if isinstance(item, dict) else None
-            if not isinstance(spec, dict) or not isinstance(name, str):
-                raise ReadFailed("a ResourceSlice in the list has no name or spec")
-            if spec.get("driver") == DRIVER and spec.get("nodeName") == self.node.name:
-                mine.append(item)
-        return sorted(mine, key=lambda s: s["metadata"]["name"])
-
     # -- the sync ---------------------------------------------------------------------------
     def _slice(self, devices: list[dict[str, Any]], generation: int, count: int) -> dict[str, Any]:
         prefix = f"{self.node.name}-{DRIVER}-"[:240]
@@ -264,29 +302,36 @@ class SliceWriter:
         pools = [s["spec"].get("pool") or {} for s in current]
         if len({p.get("generation") for p in pools}) > 1 or any(p.get("resourceSliceCount") != count for p in pools):
             return False
-        owners = [{o.get("uid") for o in (s["metadata"].get("ownerReferences") or [])} for s in current]
+        owners = [{o.get("uid") for o in (s["metadata"].get("ownerReferences") or []) if isinstance(o, Mapping)}
+                  for s in current]
         return all(self.node.uid in uids for uids in owners)
 
     def unchanged(self, current: list[dict[str, Any]], wanted: list[list[dict[str, Any]]]) -> bool:
-        """Whether the slices read hold exactly the wanted devices (content, not generation)
-        in one whole pool."""
+        """Whether the slices hold exactly the wanted devices (content, not generation) in one
+        whole pool."""
         if len(current) != len(wanted) or not self._pool_whole(current, len(wanted)):
             return False
 
-        def content(devices: list[Any]) -> list[str]:
-            return sorted(json.dumps(_normal_device(d), sort_keys=True) for d in devices)
+        def content(devices: Any) -> list[str]:
+            return sorted(json.dumps(_normal_device(d), sort_keys=True)
+                          for d in (devices if isinstance(devices, list) else []))
 
-        have = sorted(content(s["spec"].get("devices") or []) for s in current)
+        have = sorted(content(s["spec"].get("devices")) for s in current)
         return have == sorted(content(chunk) for chunk in wanted)
 
+    def differs(self, devices: Sequence[dict[str, Any]]) -> bool:
+        """Whether a sync of ``devices`` would write (no request); ``NotYet``, ``ReadFailed``."""
+        return not self.unchanged(self.watched.state(), chunks(devices))
+
     def sync(self, devices: Sequence[dict[str, Any]]) -> int:
-        """Make the node's slices hold ``devices``; returns the writes made (0 when unchanged).
-        ``ReadFailed`` (nothing written) when the slices could not be read."""
-        current = self.read()
+        """Make the node's slices hold ``devices``; returns the writes made (0 when unchanged:
+        no request). ``NotYet``/``ReadFailed`` (nothing written) when the watched slices cannot
+        be relied on; ``Refused`` when a write met a newer version than the watch had."""
+        current = self.watched.state()
         wanted = chunks(devices)
         if self.unchanged(current, wanted):
             return 0
-        generation = max([int((s["spec"].get("pool") or {}).get("generation") or 0) for s in current] + [-1]) + 1
+        generation = max([_int((s["spec"].get("pool") or {}).get("generation")) for s in current] + [-1]) + 1
         writes = 0
         for index, chunk in enumerate(wanted):
             body = self._slice(chunk, generation, len(wanted))
@@ -294,10 +339,12 @@ class SliceWriter:
                 old = current[index]["metadata"]
                 body["metadata"] = dict(body["metadata"], name=old["name"], resourceVersion=old["resourceVersion"])
                 del body["metadata"]["generateName"]
-                self._call("PUT", f"{self._base}/{old['name']}", body)
+                answer = self._replace(old, body)
+                self.watched.wrote(old["name"], answer)
                 self.on_write("update")
             else:
-                self._call("POST", self._base, body)
+                answer = self._call("POST", self._base, body)
+                self.watched.wrote(str(((answer or {}).get("metadata") or {}).get("name") or ""), answer)
                 self.on_write("create")
             writes += 1
         for extra in current[len(wanted):]:
@@ -305,16 +352,37 @@ class SliceWriter:
             writes += 1
         return writes
 
+    def _replace(self, old: Mapping[str, Any], body: Any) -> Any:
+        """A PUT on the version watched; 409/404 -> ``Refused`` (the watch is behind)."""
+        try:
+            return self._call("PUT", f"{self._base}/{old['name']}", body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                self.watched.refused(str(old["name"]), str(old.get("resourceVersion") or ""))
+                raise Refused(f"updating ResourceSlice {old['name']}: HTTP {exc.status}; "
+                              "waiting for the watch to show its current version") from exc
+            raise
+
     def delete(self, item: dict[str, Any]) -> None:
         spec = item.get("spec") or {}
         if spec.get("driver") != DRIVER or spec.get("nodeName") != self.node.name:
             raise ValueError("refusing to delete a ResourceSlice of another driver or node")
-        self._call("DELETE", f"{self._base}/{item['metadata']['name']}")
+        meta = item["metadata"]
+        try:
+            self._call("DELETE", f"{self._base}/{meta['name']}")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise  # 404: gone already, as wanted
+        self.watched.wrote(str(meta["name"]), None, deleted=True)
         self.on_write("delete")
 
     def delete_all(self) -> int:
-        """``clean``: delete every slice of this node and driver; returns how many."""
-        current = self.read()
+        """``clean``: one LIST, then delete every slice of this node and driver; returns how many."""
+        current = self.watched.list_once()
         for item in current:
             self.delete(item)
         return len(current)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -48,6 +48,12 @@ again.
 not installed) or 403 (not allowed) then goes to the handler's ``absent(status)`` and the LIST
 is tried again on that slower backoff; without it those are errors like any other.
 
+``on_readable`` (optional) is told whether the collection can be read now: the failure's
+description after a LIST or WATCH failed (the handler's state may be behind the server until
+the loop recovers), None once a LIST completed or a WATCH was answered (from then on every
+change after the version held arrives, in order). A handler that writes what it watched (the
+ResourceSlice writer) holds its writes while the last word was a failure.
+
 ``stop()`` closes the open stream (a blocked read returns at once) and joins the thread;
 ``alive()`` is what ``/healthz`` asks.
 """
@@ -202,7 +208,8 @@ class Reflector:
                  settings: ReflectorSettings = ReflectorSettings(),
                  label_selector: str | None = None, field_selector: str | None = None,
                  on_ignored: Callable[[str, str], None] | None = None, node: str = "",
-                 gate: AbstractContextManager[Any] | None = None) -> None:
+                 gate: AbstractContextManager[Any] | None = None,
+                 on_readable: Callable[[str | None], None] | None = None) -> None:
         self.client = client  # a LightCoreV1Api, or any client with its ``api_client`` (the generated API)
         self.path, self.kind, self.handler, self.name = path, kind, handler, name
         self.settings = settings
@@ -210,6 +217,7 @@ class Reflector:
         self.on_ignored = on_ignored
         self.node = node  # for the log lines' ``node`` field
         self.gate = gate if gate is not None else nullcontext()
+        self.on_readable = on_readable
         self.backoff = Backoff(settings.backoff)
         self.absent_backoff = Backoff(settings.absent_backoff or BackoffSettings())
         self.resource_version = ""
@@ -272,8 +280,13 @@ class Reflector:
             except Exception as exc:  # noqa: BLE001 - any failure of a watch is retried after the backoff
                 if self._stop.is_set():
                     return
+                self._readable(describe(exc))
                 self._error(exc)
                 need_list = need_list or not self.resource_version
+
+    def _readable(self, why: str | None, complete: bool = True) -> None:
+        if self.on_readable is not None:
+            self.on_readable(why if complete else "a LIST page over max_page_bytes was not read")
 
     def _wait(self, seconds: float) -> None:
         """Every pause of the loop (ends at once on ``stop``)."""
@@ -325,6 +338,7 @@ class Reflector:
         self._touch()
         with self.gate:
             listing.end(complete)
+        self._readable(None, complete)
 
     def _page(self, limit: int | None, token: str) -> bytes | None:
         """One LIST page's body, or None when it is over ``max_page_bytes`` (read no further)."""
@@ -364,6 +378,7 @@ class Reflector:
             self._response = response
         if self._stop.is_set():
             response.shutdown()
+        self._readable(None)
         started = time.monotonic()
         lines = usable = 0
         ended = False

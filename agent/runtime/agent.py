@@ -127,7 +127,7 @@ class Agent:
             self.dra = DraService(self.api.core.api_client, settings.host_root, settings.node_name, settings.dra,
                                   taints=settings.dra_device_taints, metrics=self.metrics,
                                   on_problem=lambda text: self._warn_in_next_pass(REASON_DRA_FAILED, text),
-                                  warn=self._device_nodes_undetermined)
+                                  warn=self._device_nodes_undetermined, on_warning=self._warn_in_next_pass)
             self.dra_plugin = KubeletPlugin(
                 settings.node_name, ApiClaims(self.api.core, settings.dra),
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.dra_registry_dir, cdi_dir=settings.cdi_dir,

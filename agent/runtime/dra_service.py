@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from agent.desired import DesiredNodeState
 from agent.deviceplugin.model import ResourceDevices
 from agent.dra.publisher import SlicePublisher
-from agent.dra.slices import Node
+from agent.dra.slices import Node, dropped_text
 from agent.hostfs import HostFS
 from agent.reconcile.ownership import parse_ownership
 from agent.runtime.device_service import UnreadHold
@@ -39,11 +39,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REASON_CONTESTED = "ResourceSlicesContested"
+REASON_DROPPED = "ResourceSliceAttributesDropped"
+
 
 class DraService:
     def __init__(self, api_client: Any, host_root: str, node_name: str, version: str, *, taints: bool,
                  metrics: AgentMetrics, on_problem: Callable[[str], None] = lambda _text: None,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None,
+                 on_warning: Callable[[str, str], None] = lambda _reason, _text: None) -> None:
         self.api_client = api_client
         self.host = HostFS(host_root)
         self.node_name = node_name
@@ -55,6 +59,7 @@ class DraService:
         #: the same mapping the slices are built from, so both name the same devices
         self.consumers: list[Callable[[Mapping[str, ResourceDevices]], None]] = []
         self.on_problem = on_problem
+        self.on_warning = on_warning  # (reason, text): a Warning Event of its own reason
         self._failing = ""
         self._stopped = False
         self._published: dict[str, ResourceDevices] = {}
@@ -77,7 +82,9 @@ class DraService:
                 self.publisher.stop(0.5)
             self.publisher = SlicePublisher(self.api_client, Node(self.node_name, uid), self.version,
                                             taints=self.taints, on_write=self.metrics.dra_slice_write,
-                                            on_sync=self._synced).start()
+                                            on_sync=self._synced, on_contested=self._contested,
+                                            on_dropped=self._dropped,
+                                            on_ignored=self.metrics.watch_item_ignored).start()
         return self.publisher
 
     def _synced(self, result: str) -> None:
@@ -88,6 +95,17 @@ class DraService:
             self.on_problem("the node's ResourceSlices could not be read; they are held as they are" if failing == "held"
                             else "writing the node's ResourceSlices failed; retrying")
         self._failing = failing
+
+    def _contested(self, why: str | None) -> None:
+        """Another writer fights over the slices (``why``), or stopped: the gauge, one Warning."""
+        self.metrics.dra_slices_contested.set(1 if why else 0)
+        if why:
+            self.on_warning(REASON_CONTESTED, why)
+
+    def _dropped(self, device: str, lost: Mapping[str, str]) -> None:
+        """Attributes a device could not carry (once per device change): the metric, one Warning."""
+        self.metrics.dra_dropped(lost)
+        self.on_warning(REASON_DROPPED, f"device {device} is published without attribute(s) {dropped_text(lost)}")
 
     def publish(self, desired: DesiredNodeState, node: Mapping[str, Any] | None) -> None:
         """This pass's devices to the slice publisher (never waits on the API server)."""

@@ -7,6 +7,7 @@ Names are the documented ones (deploy/metrics.md "Metrics"), plus
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -82,7 +83,16 @@ class AgentMetrics:
             ["op"], registry=r)
         self.dra_syncs = Counter(
             "nfa_dra_syncs_total", "ResourceSlice syncs in DRA mode, by result (unchanged, written, held: the "
-            "slices could not be read, error: a write failed)", ["result"], registry=r)
+            "slices could not be read, error: a write failed, conflict: a write met a newer version, "
+            "contested: a repair not written while another writer fights)", ["result"], registry=r)
+        self.dra_slices_contested = Gauge(
+            "nfa_dra_slices_contested",
+            "1 while another writer keeps changing this node's ResourceSlices back and the agent holds its repairs",
+            registry=r)
+        self.dra_attributes_dropped = Counter(
+            "nfa_dra_attributes_dropped_total",
+            "Device attributes left out of a ResourceSlice, once per device change, by reason (too-long: a value "
+            "past 64 bytes; bound: past 32 attributes + capacities; invalid-name)", ["reason"], registry=r)
         self.dra_plugin_registrations = Counter(
             "nfa_dra_plugin_registrations_total",
             "Registrations of the kubelet DRA plugin, by result (registered, failed: kubelet refused it)",
@@ -140,6 +150,10 @@ class AgentMetrics:
 
     def dra_sync(self, result: str) -> None:
         self.dra_syncs.labels(result).inc()
+
+    def dra_dropped(self, lost: Mapping[str, str]) -> None:
+        for why in lost.values():
+            self.dra_attributes_dropped.labels(why).inc()
 
     def dra_plugin(self, operation: str, result: str) -> None:
         """The kubelet DRA plugin's ``observe``: ``registration``, ``prepare``, ``unprepare`` or

@@ -201,3 +201,57 @@ def test_slices_that_cannot_be_read_are_held_with_a_warning(tmp_path, server):
         wait_for(lambda: len(devices(server)) == 3, what="published after the reads recover")
     finally:
         h.close()
+
+
+def test_a_writer_fighting_over_the_slices_gets_one_warning_and_is_left_alone(tmp_path, server):
+    """Another writer that keeps changing the node's slice back: five repairs within a minute
+    (``ContestSettings``), then the slice is left as it set it, with one Warning Event and
+    ``nfa_dra_slices_contested`` 1."""
+    from kubernetes import client
+
+    h = Harness(tmp_path, server, case="coral-usb").start()
+    fighter = client.ResourceV1Api(client.ApiClient(server.client_configuration()))
+    try:
+        wait_for(lambda: len(devices(server)) == 1, what="coral published")
+        ours = set(devices(server))
+
+        def revert(n: int) -> None:
+            [current] = server.store.list(SLICES)[0]
+            fighter.replace_resource_slice(current["metadata"]["name"],
+                                           dict(current, spec=dict(current["spec"], devices=[{"name": f"x{n}"}])))
+
+        for n in range(5):
+            revert(n)
+            wait_for(lambda: set(devices(server)) == ours, what="put back")
+        revert(5)
+        wait_for(lambda: [e for e in server.events() if e.get("reason") == "ResourceSlicesContested"],
+                 what="the Warning Event")
+        assert h.agent.metrics.dra_slices_contested._value.get() == 1
+        assert set(devices(server)) == {"x5"}
+        [event] = [e for e in server.events() if e.get("reason") == "ResourceSlicesContested"]
+        assert event["type"] == "Warning" and "5 times" in event["message"]
+    finally:
+        h.close()
+
+
+def test_an_attribute_left_out_is_one_warning_and_one_count_not_one_per_pass(tmp_path, server):
+    h = Harness(tmp_path, server, case="coral-usb")
+    (h.host.root / ("sys" + CORAL_DEVPATH) / "serial").write_text("S" * 70 + "\n")
+    h.start()
+    try:
+        wait_for(lambda: len(devices(server)) == 1, what="coral published")
+        [device] = devices(server).values()
+        assert "serial" not in device["attributes"]
+        wait_for(lambda: [e for e in server.events() if e.get("reason") == "ResourceSliceAttributesDropped"],
+                 what="the Warning Event")
+        dropped = h.agent.metrics.dra_attributes_dropped.labels("too-long")
+        for _ in range(3):  # passes with the same device: told once
+            before = h.agent.passes
+            h.agent.resync()
+            wait_for(lambda before=before: h.agent.passes > before, what="a pass")
+            assert h.agent.dra.publisher.synced.wait(10)  # the pass's publish handled
+        assert dropped._value.get() == 1
+        [event] = [e for e in server.events() if e.get("reason") == "ResourceSliceAttributesDropped"]
+        assert "serial (a value longer than 64 bytes)" in event["message"] and event["type"] == "Warning"
+    finally:
+        h.close()

@@ -135,3 +135,18 @@ def test_explain_names_the_class_the_slice_and_why_a_device_is_left_out():
     booting = explain("coral-usb-boot")  # 1a6e:089a: the catalogue's notReady entry
     assert "edgetpu-usb-0000-00-14-0-1-2: left out: Coral USB Accelerator still in its boot (DFU) state" in booting
     assert "edgetpu-usb-0000-00-14-0-1-2: slice 1 of 1 (tainted not-ready)" in booting
+
+
+def test_explain_says_which_attributes_a_device_is_published_without(tmp_path):
+    """A serial the host gives longer than the API's 64 bytes is left out, and ``explain`` says so."""
+    import subprocess
+    import sys
+
+    from tests.runtime.helpers import CORAL_DEVPATH, CoralHost
+
+    host = CoralHost(tmp_path)
+    (host.root / ("sys" + CORAL_DEVPATH) / "serial").write_text("S" * 70 + "\n")
+    done = subprocess.run([sys.executable, "-m", "agent", "explain", EDGETPU, "--host-root", str(host.root)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert ("edgetpu-usb-0000-00-14-0-2-2: slice 1 of 1; without attribute(s) serial (a value longer than 64 bytes)"
+            in done.stdout), done.stdout

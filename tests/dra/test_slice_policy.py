@@ -14,8 +14,9 @@ import yaml
 from kubernetes import client
 
 from agent.dra.slices import Node, SliceWriter, published_devices
+from agent.dra.watched import WatchedSlices
 from tests.conftest import REPO
-from tests.dra.test_slices import pci, resources
+from tests.dra.test_slices import pci, resources, sync
 from tests.support.apiserver import FakeApiServer
 
 AGENT = "system:serviceaccount:node-feature-agent:node-feature-agent"
@@ -58,11 +59,15 @@ def writes() -> list[tuple[str, dict | None, dict | None]]:
     """(operation, object, oldObject) of each write the real writer makes: create, update, delete."""
     with FakeApiServer() as api:
         uid = api.add_node("n1")["metadata"]["uid"]
-        w = SliceWriter(client.ApiClient(api.client_configuration()), Node("n1", uid), "v1")
-        w.sync(published_devices(resources(pci(1)), taints=False).devices)
-        w.sync(published_devices(resources(pci(1), pci(2)), taints=False).devices)
-        stored = api.store.list("resourceslices.resource.k8s.io")[0][0]
-        w.delete_all()
+        api_client = client.ApiClient(api.client_configuration())
+        w = SliceWriter(api_client, Node("n1", uid), "v1", WatchedSlices(api_client, "n1", "v1").start())
+        try:
+            sync(w, published_devices(resources(pci(1)), taints=False).devices)
+            sync(w, published_devices(resources(pci(1), pci(2)), taints=False).devices)
+            stored = api.store.list("resourceslices.resource.k8s.io")[0][0]
+            w.delete_all()
+        finally:
+            w.watched.stop()
         bodies = [r.body for r in api.requests if "/resourceslices" in r.path and r.method in ("POST", "PUT")]
     return [("CREATE", bodies[0], None), ("UPDATE", bodies[1], stored), ("DELETE", None, stored)]
 

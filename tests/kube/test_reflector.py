@@ -489,3 +489,24 @@ def test_the_gate_is_held_while_delivering_and_free_while_waiting_on_the_network
         assert held == [True, True]
     finally:
         reflector.stop()
+
+
+def test_on_readable_tells_a_failure_and_the_recovery(server):
+    """``on_readable``: the failure's description while a LIST or WATCH fails, None once a LIST
+    completed or a WATCH was answered (a writer holds its writes in between)."""
+    told: list[str | None] = []
+    server.faults.fail(503, count=2, verb="GET", path=NODES)
+    rec = Recorder()
+    reflector = node_reflector(server, rec, on_readable=told.append)
+    try:
+        wait_for(lambda: told[-1:] == [None] and rec.replaced, what="the first LIST after the failures")
+        assert told[:2] == ["HTTP 503 Service Unavailable"] * 2 and told[2] is None
+        opened(server, reflector)
+        wait_for(lambda: len(told) >= 4, what="the watch answered")
+        assert told[3] is None
+        server.faults.fail(500, count=1, verb="GET", path=NODES)
+        server.drop_watches()
+        wait_for(lambda: "HTTP 500 Internal Server Error" in told, what="the failed re-watch")
+        wait_for(lambda: told[-1] is None and reflector.watches >= 3, what="the watch back")
+    finally:
+        reflector.stop()

@@ -982,7 +982,9 @@ class FakeApiServer:
         return 201, self.store.create(resource, obj)
 
     def _watch(self, resource: str, namespace: str | None, match: Callable[[dict[str, Any]], bool],
-               query: dict[str, str], handler: _Handler) -> None:
+               query: dict[str, str], handler: _Handler,
+               convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        """Stream a watch; ``convert`` turns each stored object into the version asked for."""
         rv_text = query.get("resourceVersion", "")
         try:
             since = int(rv_text) if rv_text not in ("", "0") else None
@@ -1002,8 +1004,9 @@ class FakeApiServer:
         self.watches.add(watcher)
         how = "abrupt"
         try:
-            transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-            if "as=Table" in handler.headers.get("Accept", ""):
+            transform: Callable[[dict[str, Any]], dict[str, Any]] | None = convert
+            as_table = "as=Table" in handler.headers.get("Accept", "")
+            if as_table:
                 # handlers/watch.go Fixup: each object becomes a Table; the column
                 # definitions go with the first one only (TableOptions.NoHeaders after it)
                 headers_sent = [False]
@@ -1016,7 +1019,7 @@ class FakeApiServer:
                     return table
 
                 transform = to_table
-            handler.start_stream("application/json;as=Table;v=v1;g=meta.k8s.io" if transform else "application/json")
+            handler.start_stream("application/json;as=Table;v=v1;g=meta.k8s.io" if as_table else "application/json")
             how = stream(self.store, watcher, handler.send_chunk, stopping=self._stopping,
                          bookmark_interval=self.bookmark_interval, transform=transform)
         except OSError:

@@ -537,7 +537,7 @@ def _list(server: FakeApiServer, plural: str, version: str, query: Mapping[str, 
             raise ApiError(400, status_body(400, f'field label not supported: {label}'))
     match = selectors.selector(field, query.get("labelSelector"))
     if query.get("watch") in ("true", "1"):
-        server._watch(store_key, None, match, dict(query), handler)
+        server._watch(store_key, None, match, dict(query), handler, lambda obj: from_stored(obj, version, kind))
         return None
     items, rv = server.store.list(store_key, None, match)
     out = []

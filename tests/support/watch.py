@@ -27,7 +27,8 @@ from typing import Any
 from tests.support.store import Store, WatchEvent
 
 KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event", "nodefeaturerules": "NodeFeatureRule",
-         "nodefeatures": "NodeFeature"}
+         "nodefeatures": "NodeFeature",
+         "resourceslices.resource.k8s.io": "ResourceSlice", "deviceclasses.resource.k8s.io": "DeviceClass"}
 
 
 def gone(rv: int, oldest_minus_one: int) -> dict[str, Any]:

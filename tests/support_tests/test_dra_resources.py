@@ -149,6 +149,26 @@ def test_unserved_version_is_404() -> None:
 
 
 
+def test_a_watch_with_field_selectors_streams_the_version_watched() -> None:
+    """WATCH of ResourceSlices with ``spec.nodeName``/``spec.driver`` (``ResourceSliceToSelectableFields``,
+    ``pkg/registry/resource/resourceslice/strategy.go``): only matching slices, each object in
+    the version watched (``v1beta1``: the device's fields under ``basic``), bookmarks of the
+    watched kind."""
+    import urllib.request
+
+    with FakeApiServer(bookmark_interval=0.05) as server:
+        c = client.ResourceV1Api(client.ApiClient(server.client_configuration()))
+        c.create_resource_slice(_slice([{"name": "d0", "attributes": {"class": {"string": "edgetpu"}}}]))
+        c.create_resource_slice(_slice([{"name": "d1"}], nodeName="other"))
+        url = (f"{server.url}/apis/resource.k8s.io/v1beta1/resourceslices?watch=true&allowWatchBookmarks=true"
+               "&timeoutSeconds=1&fieldSelector=spec.nodeName%3Dn1,spec.driver%3Dnode-feature-agent.io")
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            events = [json.loads(line) for line in answer.read().splitlines() if line.strip()]
+    added = [e["object"] for e in events if e["type"] == "ADDED"]
+    assert [o["spec"]["nodeName"] for o in added] == ["n1"]
+    assert added[0]["apiVersion"] == "resource.k8s.io/v1beta1"
+    assert added[0]["spec"]["devices"] == [{"name": "d0", "basic": {"attributes": {"class": {"string": "edgetpu"}}}}]
+    assert {e["object"]["kind"] for e in events if e["type"] == "BOOKMARK"} <= {"ResourceSlice"}
 # -- consumable capacity (KEP-5075) -----------------------------------------------------------
 def _shared(policy: dict[str, Any] | None = None, value: str = "4", multiple: bool | None = True) -> dict[str, Any]:
     capacity: dict[str, Any] = {"value": value}
