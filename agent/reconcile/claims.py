@@ -14,7 +14,8 @@ deleted or edited to drop it, so it is removed (as nfd-master removes the taints
 NFD's ``pkg/nfd-master/nfd-master.go``). The proof is not the record alone (anyone with the
 node's credentials can write it) but the agent's memory: an entry whose key no rule produces
 now is honoured only when the same (key, effect) was honoured, with a producible key, in the
-agent's previous pass on this Node (``vouched``). A forged entry for a taint the agent never
+agent's previous pass on this Node, or was produced by a rule in a pass while the cluster's
+objects were still being read (``vouched``: a taint the agent set in such a pass is its own). A forged entry for a taint the agent never
 held is refused as before. What the memory cannot cover: a rule deleted while no agent ran
 on the node since the last pass that held its taint; that taint stays, reported.
 

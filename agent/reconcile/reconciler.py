@@ -385,8 +385,11 @@ class Reconciler:
                 problems.append(problem)
         if announce:
             self.notices.claims(live.uid, checked)
-            if not desired.hold_everything:  # a held entry is kept, not vouched for
+            if not desired.hold_everything:
                 self._vouched_taints = checked.ownership.taints
+            else:  # a held entry is kept, not vouched for; one a rule read now produces is
+                produced = {(t.key, t.effect) for t in desired.taints}
+                self._vouched_taints |= checked.ownership.taints & produced
         return checked.ownership
 
     def _desired(self, desired_state: DesiredStateFunction, live: LiveNode) -> DesiredNodeState:

@@ -181,3 +181,27 @@ def test_clean_without_a_record_says_what_it_could_not_attribute(server):
     assert "no ownership record" in text or "in no ownership record" in text
     assert EDGETPU in text
     assert server.node(NODE)["metadata"]["labels"][EDGETPU] == "true"  # left in place, not guessed
+
+
+def test_a_taint_set_while_the_cluster_objects_are_held_goes_with_its_rule(server):
+    """A pass that holds every owned item (the cluster's objects not read yet) still sets the
+    taints the rules read so far produce; they are the agent's, so once the rule is gone (read
+    in a later, determined pass) the taint is removed, NoExecute included, not left as an
+    unattributable record entry."""
+    evict = Taint("example.com/evict", "NoExecute", "true")
+    producible = {evict.key}
+    rec = make(server, ClaimPolicy(taint_keys=lambda: frozenset(producible)))
+    held = DesiredNodeState(taints=(evict,), hold_everything=True)
+    assert rec.reconcile(plan_of(held)).ok
+    node = server.node(NODE)
+    assert evict.to_json() in node["spec"]["taints"]
+    assert node["metadata"]["annotations"][ANNOTATION_OWNED_TAINTS] == evict.to_string()
+    producible.clear()  # the rule deleted before any determined pass ran
+    outcome = rec.reconcile(plan_of(DesiredNodeState()))
+    assert outcome.ok
+    node = server.node(NODE)
+    assert all(t["key"] != evict.key for t in node["spec"]["taints"])
+    assert ANNOTATION_OWNED_TAINTS not in node["metadata"]["annotations"]
+    assert "OwnershipRecordRejected" not in reasons(server)
+    for foreign in FOREIGN_TAINTS:
+        assert foreign in node["spec"]["taints"]
