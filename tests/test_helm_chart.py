@@ -240,6 +240,17 @@ def test_device_plugin_render_mounts_its_host_dir_read_write(renders):
     assert "--device-plugin=on" in container(render)["args"]
 
 
+def test_a_serving_mode_requests_the_memory_grpcio_needs(renders):
+    """grpcio's server adds ~16 MiB RSS in both serving modes (bench/dra.py): the request follows."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for case in ("device-plugin", "dra-auto"):
+        resources = container(renders[case])["resources"]
+        assert resources["requests"] == {"cpu": values["resources"]["requests"]["cpu"],
+                                         "memory": values["servingMemoryRequest"]}
+        assert resources["limits"] == values["resources"]["limits"]
+    assert container(renders["default"])["resources"] == values["resources"]
+
+
 def test_dra_render_mounts_the_plugin_s_directories_read_write_and_runs_as_root(renders):
     from tests.test_manifests import DRA_HOST_DIRS
 

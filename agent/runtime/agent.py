@@ -191,7 +191,9 @@ class Agent:
                                   self.rules_watcher.stop))
             if self.worker_config is not None:
                 self.config_watcher = RulesWatcher([os.path.dirname(os.path.abspath(s.config_path))],
-                                                   self._config_edited, recursive=False)
+                                                   self._config_edited, recursive=False,
+                                                   what="the config file's directory",
+                                                   fallback="config edits are picked up at the next resync")
                 self.parts.start(Part("config watcher", self.config_watcher.start, self.config_watcher.alive,
                                       self.config_watcher.stop))
         delay = self._rng.random() * s.startup_jitter if s.startup_jitter > 0 else 0.0

@@ -70,7 +70,8 @@ class DeviceService:
     def start(self) -> DeviceService:
         self.plugins.start()  # the directory watch: a watchfiles loop, as for the rules
         self.watcher = RulesWatcher([self.socket_dir], self.plugins.wake, debounce_ms=50, step_ms=250,
-                                    on_created=self._created).start()
+                                    on_created=self._created, what="kubelet's device plugin directory",
+                                    fallback="its sockets are checked every few seconds instead").start()
         return self
 
     def _created(self, paths: frozenset[str]) -> None:

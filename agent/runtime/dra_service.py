@@ -138,7 +138,9 @@ class DraPluginService:
     def start(self) -> DraPluginService:
         self.plugin.start()  # creates both directories: the watch is on them, not on a parent
         self.watcher = RulesWatcher([self.plugin.plugin_dir, self.plugin.registry_dir], self.plugin.wake,
-                                    debounce_ms=50, step_ms=250, recursive=False).start()
+                                    debounce_ms=50, step_ms=250, recursive=False,
+                                    what="the DRA plugin's directories",
+                                    fallback="its sockets are checked every few seconds instead").start()
         return self
 
     def alive(self) -> bool:

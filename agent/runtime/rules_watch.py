@@ -70,12 +70,17 @@ class RulesWatcher:
 
     def __init__(self, dirs: Sequence[str], on_change: Callable[[], None], *, debounce_ms: int = 200,
                  step_ms: int = 250, recursive: bool = True,
-                 on_created: Callable[[frozenset[str]], None] | None = None) -> None:
+                 on_created: Callable[[frozenset[str]], None] | None = None,
+                 what: str = "rule directories",
+                 fallback: str = "rule edits are picked up at the next resync") -> None:
         """``recursive=False`` watches only the directories' own entries: enough for one
         mounted ConfigMap file (the kubelet's ``..data`` swap happens there), and cheap even
         when that directory is a busy one such as ``/tmp``. ``on_created`` is told the paths
-        created in a batch (before ``on_change``)."""
+        created in a batch (before ``on_change``). ``what`` and ``fallback`` name the watched
+        directories and what covers for the watch in the line logged when it fails."""
         self.dirs = list(dirs)
+        self.what = what
+        self.fallback = fallback
         self.recursive = recursive
         self.roots = watch_roots(self.dirs)
         self.on_change = on_change
@@ -118,8 +123,8 @@ class RulesWatcher:
         except Exception as exc:  # noqa: BLE001 - e.g. the inotify watch limit reached: said, resync covers
             self.failed = exc
             if not self._stop.is_set():
-                log.error("watching rule directories %s failed (%s); rule edits are picked up at the next resync",
-                          self.roots, exc, extra={"event": "rules-watch-failed"})
+                log.error("watching %s %s failed (%s); %s", self.what, self.roots, exc, self.fallback,
+                          extra={"event": "rules-watch-failed"})
         finally:
             self.ready.set()
 
