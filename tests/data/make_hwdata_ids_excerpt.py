@@ -26,6 +26,8 @@ VENDOR_SOURCES = {
                                "debian/edgetpu-accelerator.rules"), "Coral USB Accelerator before firmware load"),
     ("usb", "18d1", "9302"): (("google-coral/libedgetpu@3164995622300286ef2bb14d7fdc2792dae045b7:"
                                "debian/edgetpu-accelerator.rules"), "Coral USB Accelerator after firmware load"),
+    ("pci", "1e60", "45c4"): (("hailo-ai/hailort-drivers@45e5fc53c6922fd6985febfc09399653497a2082:"
+                               "common/pcie_common.h"), "Hailo-10H (PCI_DEVICE_ID_HAILO_HAILO10H 0x45C4)"),
 }
 
 
@@ -62,7 +64,7 @@ def main() -> int:
             line = f"{bus}.ids\t{ident}\t{name}" if name else None
             if line is None and (bus, vendor, device) in VENDOR_SOURCES and key[1]:
                 source, what = VENDOR_SOURCES[(bus, vendor, device)]
-                line = f"{source}\t{ident}\t{what}"
+                line = f"{bus}:{source}\t{ident}\t{what}"
             if line is None:
                 print(f"{bus} {ident}: in neither {ID_FILES[bus]} nor VENDOR_SOURCES", file=sys.stderr)
                 return 1

@@ -261,7 +261,32 @@ def check_refused(tmp_path, capsys, declaration, message):
 NODE = "homelab-1"
 
 
-def test_kubelet_gets_the_stick_shared_fuse_and_the_stick_again_after_a_swapping_replug(tmp_path, socket_dir, kubelet):
+SOUND_NODES = [f"/dev/snd/{n}" for n in ("controlC0", "controlC1", "pcmC0D0c", "pcmC0D0p", "pcmC1D0c", "hwC0D0",
+                                         "timer", "seq")]
+
+
+def allocated(kubelet, resource: str, device_id: str) -> list[tuple[str, str, str]]:
+    """(host path, container path, permissions) of each node kubelet's ``Allocate`` gets."""
+    return [(s.host_path, s.container_path, s.permissions)
+            for c in kubelet.allocate(resource, [device_id]).container_responses for s in c.devices]
+
+
+def check_every_homelab_device(kubelet, sonoff_tty: str) -> None:
+    """The four shipped home-lab resources as kubelet lists and allocates them."""
+    kubelet.wait_list(ZIGBEE, [(CONBEE_PORT, "Healthy"), (SONOFF_PORT, "Healthy")], timeout=60)
+    kubelet.wait_list(WEBCAM, [(WEBCAM_PORT, "Healthy")], timeout=60)
+    kubelet.wait_list(SOUND, [("dev-snd", "Healthy")], timeout=60)
+    kubelet.wait_list(FUSE, sorted([("dev-fuse", "Healthy")] + [(f"dev-fuse::{k}", "Healthy") for k in range(1, 10)]),
+                      timeout=60)
+    wait_for(lambda: allocated(kubelet, ZIGBEE, SONOFF_PORT) == [(sonoff_tty, "/dev/zigbee", "rw")],
+             what=f"the stick as {sonoff_tty}")
+    assert allocated(kubelet, WEBCAM, WEBCAM_PORT) == [("/dev/video0", "/dev/video0", "rw"),
+                                                       ("/dev/video1", "/dev/video1", "rw")]
+    assert allocated(kubelet, SOUND, "dev-snd") == [(p, p, "rw") for p in SOUND_NODES]
+    assert allocated(kubelet, FUSE, "dev-fuse::7") == [("/dev/fuse", "/dev/fuse", "rw")]
+
+
+def test_kubelet_gets_every_homelab_device_and_the_same_ids_after_a_swapping_replug(tmp_path, socket_dir, kubelet):
     root = host_copy(tmp_path)
     sender, receiver = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with FakeApiServer(bookmark_interval=0.5) as server:
@@ -274,13 +299,7 @@ def test_kubelet_gets_the_stick_shared_fuse_and_the_stick_again_after_a_swapping
                       event_source=SocketSource(receiver))
         agent.start()
         try:
-            kubelet.wait_list(ZIGBEE, [(CONBEE_PORT, "Healthy"), (SONOFF_PORT, "Healthy")], timeout=60)
-            kubelet.wait_list(FUSE, sorted([("dev-fuse", "Healthy")] + [(f"dev-fuse::{k}", "Healthy") for k in range(1, 10)]),
-                              timeout=60)
-            ((spec,),) = [list(c.devices) for c in kubelet.allocate(FUSE, ["dev-fuse::7"]).container_responses]
-            assert (spec.host_path, spec.container_path) == ("/dev/fuse", "/dev/fuse")
-            ((spec,),) = [list(c.devices) for c in kubelet.allocate(ZIGBEE, [SONOFF_PORT]).container_responses]
-            assert (spec.host_path, spec.container_path, spec.permissions) == ("/dev/ttyUSB0", "/dev/zigbee", "rw")
+            check_every_homelab_device(kubelet, "/dev/ttyUSB0")
 
             # unplug both usb-serial adapters: the Sonoff leaves (Unhealthy for the grace period)
             for entry in ("sys/bus/usb/devices/1-1", "sys/bus/usb/devices/1-1:1.0", "sys/class/tty/ttyUSB0",
@@ -293,9 +312,8 @@ def test_kubelet_gets_the_stick_shared_fuse_and_the_stick_again_after_a_swapping
             # plugged back in the other order: the kernel now calls the Sonoff ttyUSB1
             replace_tree(root, "homelab-replugged")
             sender.send(encode_kernel_uevent("add", "/devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0/ttyUSB1/tty/ttyUSB1", "tty"))
-            kubelet.wait_list(ZIGBEE, [(CONBEE_PORT, "Healthy"), (SONOFF_PORT, "Healthy")], timeout=60)
-            wait_for(lambda: [(s.host_path, s.container_path) for c in kubelet.allocate(ZIGBEE, [SONOFF_PORT]).container_responses
-                              for s in c.devices] == [("/dev/ttyUSB1", "/dev/zigbee")], what="the stick's new node")
+            # every resource lists the same IDs; the stick's ID hands out its new node
+            check_every_homelab_device(kubelet, "/dev/ttyUSB1")
         finally:
             agent.stop(timeout=5)
             sender.close()

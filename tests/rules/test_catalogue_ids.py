@@ -19,7 +19,7 @@ from tests.conftest import LABELS_DIR, REPO
 EXCERPT = REPO / "tests" / "data" / "hwdata_ids_excerpt.txt"
 RULE_DIRS = (LABELS_DIR, REPO / "deploy" / "optional-rules")
 _LABEL_ID = re.compile(r"feature\.node\.kubernetes\.io/(pci|usb)-[0-9a-f]{2,4}_([0-9a-f]{4})(?:_([0-9a-f]{4}))?\.")
-_SOURCE_COMMENT = re.compile(r"#.*\b(pci\.ids|usb\.ids|google-coral/libedgetpu)\b")
+_SOURCE_COMMENT = re.compile(r"#.*\b(pci\.ids|usb\.ids|google-coral/libedgetpu|hailo-ai/hailort-drivers)\b")
 
 
 def _rule_files() -> list[Path]:
@@ -66,7 +66,7 @@ def excerpt_ids() -> dict[tuple[str, str, str | None], str]:
         if line.startswith("#") or not line.strip():
             continue
         source, ident, _name = line.split("\t")
-        bus = source[:3] if source.endswith(".ids") else "usb"
+        bus = source[:3] if source.endswith(".ids") else source.split(":", 1)[0]  # "usb:<vendor source>"
         vendor, _, device = ident.partition(" ")
         known[(bus, vendor, device or None)] = source
     return known

@@ -8,6 +8,9 @@ affinity; gllm-dev/hailo-device-plugin README)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from agent import rules
@@ -34,6 +37,24 @@ def test_driver_labels_only_where_the_device_is(case):
 
 def test_the_presets_cover_every_case_they_name():
     assert set(EXPECTED) <= set(HOSTS)
+
+
+def test_a_hailo_10h_gets_the_hailo_label_and_is_not_counted_as_a_hailo_8(tmp_path):
+    """The edge-ai host with its Hailo module's device ID changed to the Hailo-10H's, 0x45C4
+    (hailo-ai/hailort-drivers v5.3.0 common/pcie_common.h:44, PCI_DEVICE_ID_HAILO_HAILO10H);
+    gllm-dev/hailo-device-plugin serves the Hailo-10H by default (its README, "Supported
+    Devices"). The hailo_pci driver of the Hailo-8 family binds only 0x2864 (branch hailo8,
+    linux/pcie/src/pcie.c:1453), so the device is no ``hailo8``."""
+    root = Path(shutil.copytree(FIXTURES / "edge-ai", tmp_path / "host", symlinks=True))
+    function = root / "sys/bus/pci/devices/0000:04:00.0"
+    for name in ("device", "subsystem_device"):
+        (function / name).write_text("0x45c4\n")
+    labels = {}
+    for host in (FIXTURES / "edge-ai", root):
+        found = discover(HostFS(host))
+        labels[host] = rules.desired_state(found.features, found.labels, {}, CATALOGUE).labels
+    assert {k: v for k, v in labels[root].items() if k in HAILO} == HAILO
+    assert "accelerators/hailo8" in labels[FIXTURES / "edge-ai"] and "accelerators/hailo8" not in labels[root]
 
 
 def test_explain_says_why_a_node_lacks_each_driver_label(capsys):
