@@ -96,7 +96,7 @@ def test_object_taints_go_with_their_rule_across_a_restart_and_foreign_ones_stay
         try:
             # the rule is edited once this process has held its taints with the rule read: an
             # edit before its first read is one made while no agent ran (claims.py: stays)
-            wait_for(lambda: OURS <= second.reconciler._vouched_taints, what="the taints vouched for")
+            wait_for(lambda: second.reconciler._vouched_taints >= OURS, what="the taints vouched for")
             edited = copy.deepcopy(RULE_SET)
             edited["spec"]["rules"][0]["taints"] = [t for t in RULE_TAINTS if t["effect"] != "PreferNoSchedule"]
             server.custom.apply(edited)  # edited to drop one taint
