@@ -64,7 +64,8 @@ at the longest names (a 63-character device name, ``DeviceMaxDomainLength`` 63 +
 (``k8s.io/api/resource/v1/types.go``, ``pkg/apis/resource/validation/validation.go``); the
 agent's own are far smaller. A larger one is not the agent's, whoever named it so."""
 MAX_SLICES_BYTES = 2 * 1024 * 1024
-"""The kept slices' specs together (parsed, some ten times that in memory)."""
+"""The kept slices' specs together: 2 to 7 times that once parsed (1.8 for the largest slice
+the API accepts, 6.6 for the agent's own of 128 devices), under 15 MiB of the 128 MiB limit."""
 PAGE = MAX_SLICES
 #: the watch of a node's few slices: the Node watch's timings, LIST pages of at most 2 MiB
 SETTINGS = ReflectorSettings(request_timeout=(3.0, 10.0), max_delay=5.0, page_size=PAGE,
@@ -253,29 +254,38 @@ class WatchedSlices:
     def event(self, kind: str, obj: Json) -> None:
         if not self._ours(obj):
             return  # not ours (a server ignoring the field selector)
-        name, version = _name(obj), _version(obj)
-        key: Key = ("", name)
+        name = _name(obj)
         gone = kind == "DELETED"
-        entry = None if gone else _entry(obj, self.bounds.max_object_bytes)
         was_bounded = self.bounds.bounded is not None
-        too_large = entry is not None and entry["spec"] is None
-        if too_large and entry is not None:
-            self.bounds.report(_too_large(name, entry, self.bounds.max_object_bytes))
-        kept = entry is not None and not too_large and \
-            self.bounds.admit(key, entry, known=name in self._slices)
-        if entry is not None and not kept and name in self._slices:  # its new version cannot be followed
-            self.bounds.report(f"{KIND} {name} changed past the bounds; not read")
+        entry = None if gone else self._admitted(name, _entry(obj, self.bounds.max_object_bytes))
         with self._lock:
-            self._keep(key, entry if kept else None)
-            own = kept or gone
-            own = own and name in self._expected and self._expected[name][0] == (None if gone else version)
-            if own:
-                del self._expected[name]
-            elif name in self._refused and (gone or self._refused[name][0] != version):
-                del self._refused[name]
-        if was_bounded and not kept:
+            self._keep(("", name), entry)
+            own = (entry is not None or gone) and self._settled(name, None if gone else _version(obj))
+        if was_bounded and entry is None:
             raise Relist(self._pause)  # a deletion or a change while bounded: room again, perhaps; a LIST tells
         self.on_change(not own)
+
+    def _admitted(self, name: str, entry: Json) -> Json | None:
+        """``entry`` if it is kept; else None, and the bound it passes is reported."""
+        if entry["spec"] is None:
+            self.bounds.report(_too_large(name, entry, self.bounds.max_object_bytes))
+            return None
+        known = name in self._slices
+        if self.bounds.admit(("", name), entry, known=known):
+            return entry
+        if known:  # its new version cannot be followed (admit reports only new slices)
+            self.bounds.report(f"{KIND} {name} changed past the bounds; not read")
+        return None
+
+    def _settled(self, name: str, version: str | None) -> bool:
+        """Whether this delivery (``version``; None: deleted) is the echo of our own write; a
+        refused write's wait ends on any newer version. Under the lock."""
+        if name in self._expected and self._expected[name][0] == version:
+            del self._expected[name]
+            return True
+        if name in self._refused and (version is None or self._refused[name][0] != version):
+            del self._refused[name]
+        return False
 
     def _pause(self) -> None:
         """Before a LIST that a deletion or a change while bounded asked for."""
