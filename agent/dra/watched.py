@@ -118,7 +118,7 @@ def _entry(obj: Json, max_slice_bytes: int) -> Json:
 
 
 def _too_large(name: str, entry: Mapping[str, Any], limit: int) -> str:
-    return f"{KIND} {name} is {entry['specBytes']} bytes, over the {limit} of any slice the agent writes; not read"
+    return f"{KIND} {name} is {entry['specBytes']} bytes, over the bound of {limit} bytes (larger than any slice of the agent's); not read"
 
 
 class WatchedSlices:
