@@ -10,7 +10,8 @@ the slices as they were.
 The thread syncs on each publish and on each change the watch delivers: a slice of ours changed
 or deleted by someone else is put back at once, a write waiting for the watch goes on when the
 watch has caught up. Before the first LIST, or while the watch cannot be read, nothing is
-written (``held``). A write that failed is retried after a backoff (1 s doubling to 30 s); what
+written (``held``); past the watch's bounds (``agent.dra.watched.SliceBounds``) neither
+(``bounded``) until a LIST fits again. A write that failed is retried after a backoff (1 s doubling to 30 s); what
 the server holds stays as it is meanwhile. The writer needs nothing of the kubelet plugin:
 slices are published whether or not it runs. Shared devices go in the form the server keeps
 (``agent.dra.sharing``).
@@ -40,7 +41,7 @@ from typing import Any
 from agent.deviceplugin.model import ResourceDevices
 from agent.dra.sharing import SharingProbe
 from agent.dra.slices import Node, NotYet, Published, ReadFailed, Refused, SliceWriter, dropped_text, published_devices
-from agent.dra.watched import SETTINGS, WatchedSlices
+from agent.dra.watched import SETTINGS, Bounded, SliceBounds, WatchedSlices
 from agent.kube.reflector import ReflectorSettings
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,12 @@ class SlicePublisher:
                  on_contested: Callable[[str | None], None] = lambda _why: None,
                  on_dropped: Callable[[str, Mapping[str, str]], None] = lambda _device, _lost: None,
                  backoff: tuple[float, float] = (1.0, 30.0), contest: ContestSettings = ContestSettings(),
-                 watch_settings: ReflectorSettings = SETTINGS,
-                 on_ignored: Callable[[str, str], None] | None = None) -> None:
+                 watch_settings: ReflectorSettings = SETTINGS, bounds: SliceBounds = SliceBounds(),  # noqa: B008
+                 on_ignored: Callable[[str, str], None] | None = None,
+                 on_bounded: Callable[[str | None], None] = lambda _why: None) -> None:
         self.watched = WatchedSlices(api_client, node.name, version, on_change=self._watched_change,
-                                     settings=watch_settings, on_ignored=on_ignored)
+                                     settings=watch_settings, bounds=bounds, on_ignored=on_ignored,
+                                     on_bounded=on_bounded)
         self.writer = SliceWriter(api_client, node, version, self.watched, on_write=on_write)
         self.sharing = SharingProbe(self.writer._call, node, version)
         self.taints = taints
@@ -232,6 +235,9 @@ class SlicePublisher:
             log.info("%s", exc, extra={"node": self.writer.node.name, "event": "dra-conflict"})
             self.on_sync("conflict")
             return self.watched.wait_hint(), last_delay  # the watch's delivery of the newer version wakes it
+        except Bounded:
+            self.on_sync("bounded")  # told once per episode (on_bounded); the watch's recovery wakes the thread
+            return None, last_delay
         except ReadFailed as exc:
             log.warning("ResourceSlices not read (%s); they are held as they are", exc,
                         extra={"node": self.writer.node.name, "event": "dra-held"})

@@ -9,7 +9,7 @@ counted); this module is its handler. What it keeps is a digest and the size of 
 spec; the objects themselves go to ``on_change`` trimmed to kind, name, namespace and spec (no
 managedFields) and are not kept.
 
-Bounds (``agent.rules.budget``, kept by ``cluster_bounds.CollectionBounds``): a LIST reads
+Bounds (``agent.rules.budget``, kept by ``agent.kube.bounds.CollectionBounds``): a LIST reads
 every page, whatever the objects are named, each page at most ``max_page_bytes`` (the
 reflector asks a larger one again with fewer objects; a page of one object over it stops the
 LIST, which is then bounded: what was delivered is held); an object whose spec is over
@@ -45,16 +45,15 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from agent.kube.backoff import Backoff, BackoffSettings
+from agent.kube.bounds import RELIST, CollectionBounds, Listing
 from agent.kube.reflector import Reflector, ReflectorSettings, Relist
 from agent.reconcile.node_api import DEFAULT_REQUEST_TIMEOUT
 from agent.rules.budget import MAX_COLLECTION_BYTES, MAX_OBJECT_BYTES, MAX_PAGE_BYTES
-from agent.runtime.cluster_bounds import CollectionBounds, Listing
 
 log = logging.getLogger(__name__)
 
 GROUP_PATH = "/apis/nfd.k8s-sigs.io/v1alpha1"
 ABSENT_RETRY = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
-RELIST = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
 PAGE = 500
 DEFAULT_BACKOFF = BackoffSettings()
 DEFAULT_WATCH_TIMEOUT = ReflectorSettings.watch_timeout

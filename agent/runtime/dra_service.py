@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 REASON_CONTESTED = "ResourceSlicesContested"
 REASON_DROPPED = "ResourceSliceAttributesDropped"
+REASON_BOUNDED = "ResourceSlicesBounded"
 
 
 class DraService:
@@ -83,7 +84,7 @@ class DraService:
             self.publisher = SlicePublisher(self.api_client, Node(self.node_name, uid), self.version,
                                             taints=self.taints, on_write=self.metrics.dra_slice_write,
                                             on_sync=self._synced, on_contested=self._contested,
-                                            on_dropped=self._dropped,
+                                            on_dropped=self._dropped, on_bounded=self._bounded,
                                             on_ignored=self.metrics.watch_item_ignored).start()
         return self.publisher
 
@@ -101,6 +102,12 @@ class DraService:
         self.metrics.dra_slices_contested.set(1 if why else 0)
         if why:
             self.on_warning(REASON_CONTESTED, why)
+
+    def _bounded(self, why: str | None) -> None:
+        """The slice watch passed a bound (``why``: writes held) or fits again: the gauge, one Warning."""
+        self.metrics.dra_slices_bounded.set(1 if why else 0)
+        if why:
+            self.on_warning(REASON_BOUNDED, f"the node's ResourceSlices are not written or deleted: {why}")
 
     def _dropped(self, device: str, lost: Mapping[str, str]) -> None:
         """Attributes a device could not carry (once per device change): the metric, one Warning."""

@@ -84,11 +84,15 @@ class AgentMetrics:
         self.dra_syncs = Counter(
             "nfa_dra_syncs_total", "ResourceSlice syncs in DRA mode, by result (unchanged, written, held: the "
             "slices could not be read, error: a write failed, conflict: a write met a newer version, "
-            "contested: a repair not written while another writer fights)", ["result"], registry=r)
+            "contested: a repair not written while another writer fights, bounded: past the slice watch's bounds)", ["result"], registry=r)
         self.dra_slices_contested = Gauge(
             "nfa_dra_slices_contested",
             "1 while another writer keeps changing this node's ResourceSlices back and the agent holds its repairs",
             registry=r)
+        self.dra_slices_bounded = Gauge(
+            "nfa_dra_slices_bounded",
+            "1 while the ResourceSlices naming this node and the driver are past the slice watch's bounds "
+            "(slices, bytes, one slice's size) and the agent neither writes nor deletes them", registry=r)
         self.dra_attributes_dropped = Counter(
             "nfa_dra_attributes_dropped_total",
             "Device attributes left out of a ResourceSlice, once per device change, by reason (too-long: a value "

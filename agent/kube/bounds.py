@@ -1,5 +1,5 @@
-"""How many of one collection's objects, and how many bytes of them, a ``CollectionWatch``
-keeps; what happens past that.
+"""How many of one collection's objects, and how many bytes of them, a watch keeps (the NFD
+objects' ``CollectionWatch``, the ResourceSlices' ``WatchedSlices``); what happens past that.
 
 A bound is a state, not a filter (``agent.rules.budget``): a LIST over a bound keeps none of
 the objects it did not know before, whatever their names, so no tenant's junk named ``a…``
@@ -14,7 +14,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent.kube.backoff import BackoffSettings
+
 log = logging.getLogger(__name__)
+
+RELIST = BackoffSettings(initial=10.0, maximum=300.0, jitter=0.2)
+"""The pause before a LIST that a deletion while bounded asks for (doubling while the collection
+stays bounded): a tenant creating and deleting objects costs each watch one LIST per pause."""
 
 Key = tuple[str, str]
 SHOWN = 5  # object names an Event lists
