@@ -42,9 +42,14 @@ from agent.deviceplugin.model import ResourceDevices
 from agent.dra.sharing import SharingProbe
 from agent.dra.slices import Node, NotYet, Published, ReadFailed, Refused, SliceWriter, dropped_text, published_devices
 from agent.dra.watched import SETTINGS, Bounded, SliceBounds, WatchedSlices
+from agent.kube.backoff import Backoff, BackoffSettings
 from agent.kube.reflector import ReflectorSettings
 
 log = logging.getLogger(__name__)
+
+
+#: a failed sync is retried after 1 s doubling to 30 s (no jitter: one agent, its own slices)
+RETRY = BackoffSettings(initial=1.0, maximum=30.0, jitter=0.0)
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ class SlicePublisher:
                  on_sync: Callable[[str], None] = lambda _result: None,
                  on_contested: Callable[[str | None], None] = lambda _why: None,
                  on_dropped: Callable[[str, Mapping[str, str]], None] = lambda _device, _lost: None,
-                 backoff: tuple[float, float] = (1.0, 30.0), contest: ContestSettings = ContestSettings(),
+                 backoff: BackoffSettings = RETRY, contest: ContestSettings = ContestSettings(),
                  watch_settings: ReflectorSettings = SETTINGS, bounds: SliceBounds = SliceBounds(),  # noqa: B008
                  on_ignored: Callable[[str, str], None] | None = None,
                  on_bounded: Callable[[str | None], None] = lambda _why: None) -> None:
@@ -137,7 +142,7 @@ class SlicePublisher:
         self.sharing = SharingProbe(self.writer._call, node, version)
         self.taints = taints
         self.on_sync = on_sync
-        self.backoff = backoff
+        self.retry = Backoff(backoff)
         self.contest = Contest(contest, on_contested)
         self.on_dropped = on_dropped
         self._dropped: Mapping[str, Mapping[str, str]] = {}  # as last reported
@@ -180,7 +185,6 @@ class SlicePublisher:
 
     def _run(self) -> None:
         delay: float | None = None
-        last_delay = 0.0
         latest: Mapping[str, ResourceDevices] | None = None
         while not self._stop.is_set():
             self._wake.wait(delay)
@@ -192,7 +196,7 @@ class SlicePublisher:
                     latest, self._pending = self._pending, None
             if latest is None:
                 continue
-            delay, last_delay = self._sync(latest, last_delay)
+            delay = self._sync(latest)
 
     def _devices(self, resources: Mapping[str, ResourceDevices]) -> Published:
         """This sync's devices: shared ones once where the server keeps consumable capacity (asked
@@ -214,44 +218,44 @@ class SlicePublisher:
                 self.on_dropped(device, lost)
         self._dropped = published.dropped
 
-    def _sync(self, resources: Mapping[str, ResourceDevices], last_delay: float) -> tuple[float | None, float]:
+    def _sync(self, resources: Mapping[str, ResourceDevices]) -> float | None:
         """One sync; returns when to try again unwoken (None: at the next publish or watch
-        change) and the backoff's last delay."""
-        first, cap = self.backoff
-        retry = min(cap, last_delay * 2) if last_delay else first
+        change). Only a failed read or write moves the retry backoff on; a sync that
+        succeeds resets it."""
         try:
             published = self._devices(resources)
             if not self.writer.differs(published.devices):
                 self.contest.settle()
                 self._done(published, "unchanged")
-                return None, 0.0
+                return None
             if published.devices == self._confirmed and not self.contest.allow():
                 self.on_sync("contested")
-                return self.contest.wait(), last_delay
+                return self.contest.wait()
             self.writer.sync(published.devices)
         except NotYet:
-            return self.watched.wait_hint(), last_delay  # the watch's next delivery wakes the thread
+            return self.watched.wait_hint()  # the watch's next delivery wakes the thread
         except Refused as exc:
             log.info("%s", exc, extra={"node": self.writer.node.name, "event": "dra-conflict"})
             self.on_sync("conflict")
-            return self.watched.wait_hint(), last_delay  # the watch's delivery of the newer version wakes it
+            return self.watched.wait_hint()  # the watch's delivery of the newer version wakes it
         except Bounded:
             self.on_sync("bounded")  # told once per episode (on_bounded); the watch's recovery wakes the thread
-            return None, last_delay
+            return None
         except ReadFailed as exc:
             log.warning("ResourceSlices not read (%s); they are held as they are", exc,
                         extra={"node": self.writer.node.name, "event": "dra-held"})
             self.on_sync("held")
-            return retry, retry  # the watch's recovery wakes the thread sooner; a failed probe needs the timer
+            return self.retry.next_delay()  # the watch's recovery wakes the thread sooner; a failed probe needs the timer
         except Exception as exc:  # noqa: BLE001 - a refused write, a lost connection: retry
             log.warning("writing ResourceSlices failed (%s); retrying", exc,
                         extra={"node": self.writer.node.name, "event": "dra-error"})
             self.on_sync("error")
-            return retry, retry
+            return self.retry.next_delay()
         self._done(published, "written")
-        return None, 0.0
+        return None
 
     def _done(self, published: Published, result: str) -> None:
+        self.retry.reset()
         self._confirmed = published.devices
         self.on_sync(result)
         with self._lock:

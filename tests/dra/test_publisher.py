@@ -46,7 +46,7 @@ class Run:
         uid = api.node("n1")["metadata"]["uid"]
         self.publisher = SlicePublisher(client.ApiClient(api.client_configuration()), Node("n1", uid), "v1",
                                         taints=False, on_sync=self.results.append,
-                                        on_contested=self.contested.append, backoff=(0.05, 0.1),
+                                        on_contested=self.contested.append, backoff=BackoffSettings(initial=0.05, maximum=0.1, jitter=0.0),
                                         watch_settings=FAST, **kw)
 
     def publish(self, *devices: Any) -> None:

@@ -13,6 +13,7 @@ from kubernetes import client
 
 from agent.dra.publisher import SlicePublisher
 from agent.dra.slices import Node
+from agent.kube.backoff import BackoffSettings
 from tests.dra.test_slices import SLICES, pci, resources
 from tests.runtime.helpers import wait_for
 from tests.support.apiserver import FakeApiServer
@@ -45,7 +46,7 @@ def probes(api: FakeApiServer) -> int:
 def run_once(api: FakeApiServer, uid: str, shares: int = 3, results: list[str] | None = None) -> SlicePublisher:
     """A publisher (an agent process) publishing one device shared ``shares`` ways, twice."""
     publisher = SlicePublisher(client.ApiClient(api.client_configuration()), Node(NODE, uid), "v1", taints=False,
-                               on_sync=(results if results is not None else []).append, backoff=(0.05, 0.1)).start()
+                               on_sync=(results if results is not None else []).append, backoff=BackoffSettings(initial=0.05, maximum=0.1, jitter=0.0)).start()
     try:
         for _ in range(2):
             publisher.publish(resources(pci(1), shares=shares))
